@@ -1,0 +1,64 @@
+/* cmd_gc.c: `kforge gc --max-size SIZE` — evicts least recently used entries
+ * until the cache fits, entries that no manifest references first. An entry
+ * being built (its lock held) is never evicted. */
+#include "cmd_cache.h"
+#include "commands.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kforge gc --max-size SIZE [--cache DIR]\n"
+    "Evicts least recently used entries until the cache holds at most SIZE bytes\n"
+    "(suffixes K, M, G); entries that no manifest references go first.\n";
+
+static int cmp_victim(const void *a, const void *b) {
+  const kf_entry_info *x = a, *y = b;
+  if (x->referenced != y->referenced)
+    return x->referenced - y->referenced;
+  if (x->last_use != y->last_use)
+    return x->last_use < y->last_use ? -1 : 1;
+  return strcmp(x->key, y->key);
+}
+
+int kf_cmd_gc(int argc, char **argv) {
+  kf_cache c;
+  const char *max = NULL;
+  int rc = kf_cache_cli(argc, argv, usage, &c, NULL, &max);
+  if (rc)
+    return rc == 1 ? 0 : rc;
+  uint64_t limit;
+  if (!max || kf_parse_size(max, &limit) != 0) {
+    fprintf(stderr, "kforge: error: gc needs --max-size SIZE (e.g. 500M, 2G), got '%s'\n",
+            max ? max : "nothing");
+    kf_cache_free(&c);
+    return 2;
+  }
+  kf_entry_list l;
+  kf_entry_list_load(&c, &l);
+  long long total = 0;
+  for (size_t i = 0; i < l.n; i++)
+    total += l.v[i].bytes;
+  qsort(l.v, l.n, sizeof *l.v, cmp_victim);
+  int evicted = 0;
+  long long freed = 0;
+  for (size_t i = 0; i < l.n && (uint64_t)total > limit; i++) {
+    int fd = kf_cache_trylock(&c, l.v[i].key);
+    if (fd < 0)
+      continue;
+    if (kf_cache_remove_entry(&c, l.v[i].key) == 0) {
+      printf("evicted %s %s%s\n", l.v[i].key, l.v[i].kernel_id,
+             l.v[i].referenced ? " (referenced by a manifest)" : "");
+      total -= l.v[i].bytes;
+      freed += l.v[i].bytes;
+      evicted++;
+    }
+    kf_cache_unlock(fd);
+  }
+  printf("evicted %d entries (%lld bytes); %lld bytes remain in %s\n", evicted, freed, total,
+         c.root);
+  kf_entry_list_free(&l);
+  kf_cache_free(&c);
+  return 0;
+}

@@ -1,0 +1,185 @@
+/* cmd_import_hf.c: `kforge import-hf` — turns a Hugging Face config.json
+ * into a description of the matching family. The family preset decides which
+ * shape fields a description carries; each is taken from the config under
+ * the same name, or from the few places Hugging Face spells it otherwise. */
+#include "commands.h"
+#include "json.h"
+#include "session.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--families DIR]\n"
+    "Writes a description of the family that matches the config's model_type (llama,\n"
+    "qwen3) to OUT.json, or to standard output.\n";
+
+static const struct {
+  const char *model_type;
+  const char *family;
+} families[] = {{"llama", "llama"}, {"qwen3", "qwen3"}, {NULL, NULL}};
+
+/* Where a family's shape field comes from in a config.json: a member path,
+ * tried in order. */
+static const struct {
+  const char *field;
+  const char *paths[3];
+} aliases[] = {
+    {"dtype", {"torch_dtype", "dtype", NULL}},
+    {"rope_scaling_factor", {"rope_scaling.factor", NULL}},
+    {"rope_low_freq_factor", {"rope_scaling.low_freq_factor", NULL}},
+    {"rope_high_freq_factor", {"rope_scaling.high_freq_factor", NULL}},
+    {"rope_original_max_position_embeddings",
+     {"rope_scaling.original_max_position_embeddings", NULL}},
+    {"rope_theta", {"rope_theta", "rope_parameters.rope_theta", NULL}},
+    {NULL, {NULL}},
+};
+
+static const cJSON *lookup_path(const cJSON *root, const char *path) {
+  char *copy = kf_xstrdup(path);
+  const cJSON *cur = root;
+  char *save = NULL;
+  for (char *t = strtok_r(copy, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
+    cur = cJSON_IsObject(cur) ? cJSON_GetObjectItemCaseSensitive(cur, t) : NULL;
+  free(copy);
+  return cur;
+}
+
+static cJSON *convert_value(const char *field, const cJSON *v) {
+  if (!strcmp(field, "dtype") && cJSON_IsString(v)) {
+    const char *s = v->valuestring;
+    if (!strcmp(s, "bfloat16"))
+      s = "bf16";
+    else if (!strcmp(s, "float16"))
+      s = "fp16";
+    else if (!strcmp(s, "float32"))
+      s = "fp32";
+    return cJSON_CreateString(s);
+  }
+  return cJSON_Duplicate(v, 1);
+}
+
+static char *name_from(const cJSON *cfg, const char *cfg_path) {
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(cfg, "_name_or_path");
+  const char *src = cJSON_IsString(n) && *n->valuestring ? n->valuestring : cfg_path;
+  const char *slash = strrchr(src, '/');
+  if (slash && slash[1])
+    src = slash + 1;
+  kf_buf b = {0};
+  for (const char *p = src; *p && b.len < 64; p++) {
+    char c = (char)tolower((unsigned char)*p);
+    if (!isalnum((unsigned char)c) && c != '.' && c != '-' && c != '_')
+      c = '-';
+    kf_buf_add(&b, &c, 1);
+  }
+  return kf_buf_take(&b);
+}
+
+int kf_cmd_import_hf(int argc, char **argv) {
+  const char *in = NULL, *out = NULL, *name = NULL, *fam_dir = kf_default_families_dir();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (!strcmp(a, "-o") && i + 1 < argc)
+      out = argv[++i];
+    else if (!strcmp(a, "--name") && i + 1 < argc)
+      name = argv[++i];
+    else if (!strcmp(a, "--families") && i + 1 < argc)
+      fam_dir = argv[++i];
+    else if (a[0] != '-' && !in)
+      in = a;
+    else {
+      fprintf(stderr, "kforge: error: unexpected argument '%s'\n%s", a, usage);
+      return 2;
+    }
+  }
+  if (!in) {
+    fprintf(stderr, "kforge: error: no config.json given\n%s", usage);
+    return 2;
+  }
+  cJSON *cfg = kf_json_load(in, in);
+  if (!cfg)
+    return 2;
+  int rc = 2;
+  cJSON *desc = NULL, *fam = NULL;
+  char *fam_path = NULL, *model_name = NULL;
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
+  const char *family = NULL;
+  for (int i = 0; families[i].model_type && cJSON_IsString(mt); i++)
+    if (!strcmp(families[i].model_type, mt->valuestring))
+      family = families[i].family;
+  if (!family) {
+    kf_report(in, "model_type", "no kforge family for model_type %s%s%s (supported: llama, qwen3)",
+              cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "(missing)",
+              cJSON_IsString(mt) ? "\"" : "");
+    goto done;
+  }
+  fam_path = kf_xasprintf("%s/%s.json", fam_dir, family);
+  fam = kf_json_load(fam_path, fam_path);
+  if (!fam)
+    goto done;
+  model_name = name ? kf_xstrdup(name) : name_from(cfg, in);
+  desc = cJSON_CreateObject();
+  cJSON_AddStringToObject(desc, "name", model_name);
+  cJSON_AddStringToObject(desc, "family", family);
+  cJSON *shape = cJSON_AddObjectToObject(desc, "shape");
+  const char *lists[2] = {"shape_fields", "optional_fields"};
+  int missing = 0;
+  for (int li = 0; li < 2; li++) {
+    const cJSON *fields = cJSON_GetObjectItemCaseSensitive(fam, lists[li]);
+    for (const cJSON *f = fields ? fields->child : NULL; f; f = f->next) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, f->string);
+      for (int a = 0; !v && aliases[a].field; a++)
+        if (!strcmp(aliases[a].field, f->string))
+          for (int p = 0; !v && aliases[a].paths[p]; p++)
+            v = lookup_path(cfg, aliases[a].paths[p]);
+      cJSON *val = v && !cJSON_IsNull(v) ? convert_value(f->string, v) : NULL;
+      /* Hugging Face leaves these out when they take their usual values */
+      if (!val && !strcmp(f->string, "num_key_value_heads"))
+        val = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cfg, "num_attention_heads"), 1);
+      if (!val && !strcmp(f->string, "head_dim")) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_size");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(cfg, "num_attention_heads");
+        if (cJSON_IsNumber(h) && cJSON_IsNumber(n) && n->valueint > 0)
+          val = cJSON_CreateNumber(h->valueint / n->valueint);
+      }
+      if (val)
+        cJSON_AddItemToObject(shape, f->string, val);
+      else if (li == 0) {
+        kf_report(in, f->string, "missing; family %s needs it", family);
+        missing++;
+      }
+    }
+  }
+  if (missing)
+    goto done;
+  char *text = cJSON_Print(desc);
+  if (out) {
+    size_t n = strlen(text);
+    text = kf_xrealloc(text, n + 2);
+    text[n] = '\n';
+    text[n + 1] = '\0';
+    if (kf_write_file_atomic(out, text, n + 1) != 0) {
+      fprintf(stderr, "kforge: error: cannot write %s: %s\n", out, strerror(errno));
+      free(text);
+      goto done;
+    }
+    fprintf(stderr, "wrote %s (model %s, family %s)\n", out, model_name, family);
+  } else {
+    puts(text);
+  }
+  free(text);
+  rc = 0;
+done:
+  cJSON_Delete(cfg);
+  cJSON_Delete(fam);
+  cJSON_Delete(desc);
+  free(fam_path);
+  free(model_name);
+  return rc;
+}

@@ -1,0 +1,645 @@
+/* digest.c: include closure and token hashing through libclang, dependency
+ * records for no-op builds, and the key records (see digest.h).
+ *
+ * Why libclang replaying the device pass: the closure must be the set of
+ * files the compiler's device pass really reads for this target, with the
+ * same -I order and target macros. nvcc's device pass is a plain C++
+ * preprocessing whose flags `nvcc --dryrun` prints; libclang parses with
+ * exactly those flags (toolchain.c), and its inclusion list is the closure. */
+#define _GNU_SOURCE
+#include "digest.h"
+
+#include "json.h"
+
+#include <clang-c/Index.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#define KEY_SCHEME "kforge-key-v1"
+
+/* ---- records ---- */
+
+void kf_records_add(kf_records *r, const char *tag, const char *name, const char *value) {
+  r->v = kf_xrealloc(r->v, (r->n + 1) * sizeof *r->v);
+  r->v[r->n].tag = kf_xstrdup(tag);
+  r->v[r->n].name = kf_xstrdup(name);
+  r->v[r->n].value = kf_xstrdup(value);
+  r->n++;
+}
+
+void kf_records_free(kf_records *r) {
+  for (size_t i = 0; i < r->n; i++) {
+    free(r->v[i].tag);
+    free(r->v[i].name);
+    free(r->v[i].value);
+  }
+  free(r->v);
+  r->v = NULL;
+  r->n = 0;
+}
+
+static void update_field(XXH3_state_t *st, const char *s) {
+  uint64_t n = strlen(s);
+  XXH3_128bits_update(st, &n, sizeof n);
+  XXH3_128bits_update(st, s, n);
+}
+
+void kf_records_key(const kf_records *r, char out[33]) {
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  for (size_t i = 0; i < r->n; i++) {
+    update_field(st, r->v[i].tag);
+    update_field(st, r->v[i].name);
+    update_field(st, r->v[i].value);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  kf_hex128(&h, out);
+}
+
+void kf_record_hash(const kf_record *rec, char out[17]) {
+  kf_hex64(XXH3_64bits(rec->value, strlen(rec->value)), out);
+}
+
+/* ---- compile setup ---- */
+
+static char *real_or_abs(const char *p) {
+  char buf[PATH_MAX];
+  if (realpath(p, buf))
+    return kf_xstrdup(buf);
+  return kf_path_absolute(p);
+}
+
+static void add_root(kf_compile_setup *cs, const char *dir, char *label) {
+  char *r = real_or_abs(dir);
+  if (kf_strv_contains(&cs->roots, r)) {
+    free(r);
+    free(label);
+    return;
+  }
+  kf_strv_push_owned(&cs->roots, r);
+  kf_strv_push_owned(&cs->labels, label);
+}
+
+void kf_compile_setup_init(kf_compile_setup *cs, const kf_instance *in, const kf_toolchain *tc,
+                           const char *out_dir, const char *templates_dir,
+                           const kf_strv *extra_template_dirs) {
+  memset(cs, 0, sizeof *cs);
+  int t = 0;
+  for (size_t i = 0; i < in->model->template_dirs.n; i++)
+    add_root(cs, in->model->template_dirs.v[i], kf_xasprintf("@tdir%d", t++));
+  for (size_t i = 0; i < extra_template_dirs->n; i++)
+    add_root(cs, extra_template_dirs->v[i], kf_xasprintf("@tdir%d", t++));
+  add_root(cs, templates_dir, kf_xstrdup("@templates"));
+  for (size_t i = 0; i < in->model->include_dirs.n; i++)
+    add_root(cs, in->model->include_dirs.v[i], kf_xasprintf("@inc%zu", i));
+  kf_toolchain_compile_args(tc, in->arch, &cs->roots, &cs->compile_args);
+  for (size_t i = 0; i < cs->compile_args.n; i++) {
+    const char *a = cs->compile_args.v[i];
+    char *k = NULL;
+    if (!strncmp(a, "-I", 2))
+      for (size_t r = 0; r < cs->roots.n && !k; r++)
+        if (!strcmp(a + 2, cs->roots.v[r]))
+          k = kf_xasprintf("-I%s", cs->labels.v[r]);
+    kf_strv_push_owned(&cs->key_args, k ? k : kf_xstrdup(a));
+  }
+  char *out_abs = real_or_abs(out_dir);
+  cs->source_path = kf_path_join(out_abs, in->rel_source);
+  free(out_abs);
+}
+
+void kf_compile_setup_free(kf_compile_setup *cs) {
+  kf_strv_free(&cs->roots);
+  kf_strv_free(&cs->labels);
+  kf_strv_free(&cs->compile_args);
+  kf_strv_free(&cs->key_args);
+  free(cs->source_path);
+}
+
+/* ---- digest state ---- */
+
+struct kf_digest {
+  char *deps_dir;
+  int write_deps;
+  CXIndex index;
+  kf_strv absent_ok; /* paths already seen absent in this run */
+};
+
+kf_digest *kf_digest_new(const char *deps_dir, int write_deps) {
+  kf_digest *d = kf_xcalloc(1, sizeof *d);
+  d->deps_dir = deps_dir ? kf_xstrdup(deps_dir) : NULL;
+  d->write_deps = write_deps;
+  return d;
+}
+
+void kf_digest_free(kf_digest *d) {
+  if (!d)
+    return;
+  if (d->index)
+    clang_disposeIndex(d->index);
+  free(d->deps_dir);
+  kf_strv_free(&d->absent_ok);
+  free(d);
+}
+
+static CXIndex get_index(kf_digest *d) {
+  if (!d->index)
+    d->index = clang_createIndex(0, 0);
+  return d->index;
+}
+
+/* ---- tokens ---- */
+
+/* Hashes a file's tokens, skipping comments. Whitespace does not count,
+ * except where it changes meaning: the end of a preprocessor directive, and
+ * the space between a macro's name and '(' (function-like or not). */
+static void hash_file_tokens(CXTranslationUnit tu, CXFile file, char out[33]) {
+  size_t size = 0;
+  const char *text = clang_getFileContents(tu, file, &size);
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  if (text && size) {
+    CXSourceLocation b = clang_getLocationForOffset(tu, file, 0);
+    CXSourceLocation e = clang_getLocationForOffset(tu, file, (unsigned)size);
+    CXToken *toks = NULL;
+    unsigned n = 0;
+    clang_tokenize(tu, clang_getRange(b, e), &toks, &n);
+    int in_directive = 0, define_name_next = 0;
+    unsigned prev_end = 0;
+    unsigned prev_line = 0;
+    for (unsigned i = 0; i < n; i++) {
+      CXSourceRange r = clang_getTokenExtent(tu, toks[i]);
+      unsigned off_b, off_e, line;
+      clang_getSpellingLocation(clang_getRangeStart(r), NULL, &line, NULL, &off_b);
+      clang_getSpellingLocation(clang_getRangeEnd(r), NULL, NULL, NULL, &off_e);
+      /* a directive ends at a newline that no backslash continues */
+      if (in_directive && i > 0) {
+        for (unsigned o = prev_end; o < off_b && o < size; o++) {
+          if (text[o] != '\n')
+            continue;
+          unsigned q = o;
+          while (q > 0 && text[q - 1] == '\r')
+            q--;
+          if (q == 0 || text[q - 1] != '\\') {
+            XXH3_128bits_update(st, "\0\n", 2);
+            in_directive = 0;
+            break;
+          }
+        }
+      }
+      CXTokenKind kind = clang_getTokenKind(toks[i]);
+      if (kind == CXToken_Comment) {
+        prev_end = off_e;
+        continue;
+      }
+      CXString sp = clang_getTokenSpelling(tu, toks[i]);
+      const char *s = clang_getCString(sp);
+      if (!in_directive && !strcmp(s, "#") && (i == 0 || line != prev_line)) {
+        in_directive = 1;
+        XXH3_128bits_update(st, "\0#", 2);
+      }
+      if (define_name_next == 2 && !strcmp(s, "(") && off_b == prev_end)
+        XXH3_128bits_update(st, "\0(", 2); /* function-like macro */
+      define_name_next = define_name_next == 1 ? 2 : 0;
+      if (in_directive && !strcmp(s, "define"))
+        define_name_next = 1;
+      uint32_t len = (uint32_t)strlen(s);
+      XXH3_128bits_update(st, &len, sizeof len);
+      XXH3_128bits_update(st, s, len);
+      clang_disposeString(sp);
+      prev_end = off_e;
+      prev_line = line;
+    }
+    clang_disposeTokens(tu, toks, n);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  kf_hex128(&h, out);
+}
+
+static const char *const lex_args[] = {"-x", "c++", "-std=c++17"};
+
+/* Token hash of a single file, lexed on its own (no includes followed). */
+static int hash_file_alone(kf_digest *d, const char *path, const char *text, size_t len,
+                           char out[33]) {
+  struct CXUnsavedFile uf = {path, text, (unsigned long)len};
+  CXTranslationUnit tu = NULL;
+  enum CXErrorCode ec = clang_parseTranslationUnit2(
+      get_index(d), path, lex_args, 3, text ? &uf : NULL, text ? 1 : 0,
+      CXTranslationUnit_SingleFileParse | CXTranslationUnit_Incomplete |
+          CXTranslationUnit_SkipFunctionBodies | CXTranslationUnit_KeepGoing,
+      &tu);
+  if (ec != CXError_Success || !tu)
+    return -1;
+  CXFile f = clang_getFile(tu, path);
+  if (!f) {
+    clang_disposeTranslationUnit(tu);
+    return -1;
+  }
+  hash_file_tokens(tu, f, out);
+  clang_disposeTranslationUnit(tu);
+  return 0;
+}
+
+/* ---- closure ---- */
+
+typedef struct {
+  char *path; /* realpath */
+  char *name; /* rooted name: @templates/x.cuh */
+  char tokens[33];
+  long long size;
+  long long mtime_ns;
+} closure_file;
+
+typedef struct {
+  closure_file *files;
+  size_t nfiles;
+  kf_strv absent;
+  char source_tokens[33];
+} closure;
+
+static void closure_free(closure *c) {
+  for (size_t i = 0; i < c->nfiles; i++) {
+    free(c->files[i].path);
+    free(c->files[i].name);
+  }
+  free(c->files);
+  kf_strv_free(&c->absent);
+  memset(c, 0, sizeof *c);
+}
+
+static int stat_file(const char *path, long long *size, long long *mtime_ns) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return -1;
+  *size = (long long)st.st_size;
+  *mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+  return 0;
+}
+
+typedef struct {
+  kf_digest *d;
+  kf_toolchain *tc;
+  const kf_compile_setup *cs;
+  CXTranslationUnit tu;
+  closure *c;
+  const char *source_real;
+  int failed;
+  char *err;
+} walk_ctx;
+
+static const char *rooted_name(const kf_compile_setup *cs, const char *real, const char *src_dir,
+                               char **owned) {
+  for (size_t r = 0; r < cs->roots.n; r++) {
+    const char *rel = kf_path_under(real, cs->roots.v[r]);
+    if (rel) {
+      *owned = kf_xasprintf("%s/%s", cs->labels.v[r], rel);
+      return *owned;
+    }
+  }
+  const char *rel = kf_path_under(real, src_dir);
+  if (rel) {
+    *owned = kf_xasprintf("@src/%s", rel);
+    return *owned;
+  }
+  /* outside every root: the absolute path is all there is */
+  *owned = kf_xasprintf("@abs%s", real);
+  return *owned;
+}
+
+/* The include name as spelled at the directive (between quotes or <>). */
+static char *spelled_include(CXTranslationUnit tu, CXSourceLocation loc) {
+  CXFile f;
+  unsigned off;
+  clang_getSpellingLocation(loc, &f, NULL, NULL, &off);
+  if (!f)
+    return NULL;
+  size_t size;
+  const char *text = clang_getFileContents(tu, f, &size);
+  if (!text || off >= size)
+    return NULL;
+  const char *p = text + off;
+  const char *end = text + size;
+  /* the location points at the directive's file name or just before it */
+  while (p < end && *p != '"' && *p != '<' && *p != '\n')
+    p++;
+  if (p >= end || *p == '\n')
+    return NULL;
+  char close = *p == '<' ? '>' : '"';
+  const char *q = ++p;
+  while (q < end && *q != close && *q != '\n')
+    q++;
+  if (q >= end || *q != close)
+    return NULL;
+  return kf_xstrndup(p, (size_t)(q - p));
+}
+
+static void visit_inclusion(CXFile included, CXSourceLocation *stack, unsigned depth,
+                            CXClientData data) {
+  walk_ctx *w = data;
+  CXString fn = clang_getFileName(included);
+  const char *name = clang_getCString(fn);
+  char real[PATH_MAX];
+  if (!name || !realpath(name, real)) {
+    clang_disposeString(fn);
+    return;
+  }
+  clang_disposeString(fn);
+  char *src_dir = kf_path_dirname(w->source_real);
+  /* negative entries: our include directories searched before the one that
+   * matched, so that a header appearing there later forces a re-parse */
+  if (depth > 0) {
+    char *spelled = spelled_include(w->tu, stack[0]);
+    if (spelled) {
+      size_t sl = strlen(spelled);
+      size_t rl = strlen(real);
+      char *found_dir = NULL;
+      if (rl > sl + 1 && !strcmp(real + rl - sl, spelled) && real[rl - sl - 1] == '/')
+        found_dir = kf_xstrndup(real, rl - sl - 1);
+      /* quoted includes look in the includer's directory first */
+      CXFile inc_file;
+      clang_getSpellingLocation(stack[0], &inc_file, NULL, NULL, NULL);
+      kf_strv search = {0};
+      if (inc_file) {
+        CXString ifn = clang_getFileName(inc_file);
+        char ireal[PATH_MAX];
+        if (clang_getCString(ifn) && realpath(clang_getCString(ifn), ireal)) {
+          char *idir = kf_path_dirname(ireal);
+          if (!kf_toolchain_covers(w->tc, idir))
+            kf_strv_push_owned(&search, idir);
+          else
+            free(idir);
+        }
+        clang_disposeString(ifn);
+      }
+      for (size_t r = 0; r < w->cs->roots.n; r++)
+        kf_strv_push(&search, w->cs->roots.v[r]);
+      for (size_t s = 0; s < search.n; s++) {
+        if (found_dir && !strcmp(search.v[s], found_dir))
+          break;
+        char *cand = kf_path_join(search.v[s], spelled);
+        if (!kf_strv_contains(&w->c->absent, cand) && !kf_path_exists(cand))
+          kf_strv_push_owned(&w->c->absent, cand);
+        else
+          free(cand);
+      }
+      kf_strv_free(&search);
+      free(found_dir);
+      free(spelled);
+    }
+  }
+  if (kf_toolchain_covers(w->tc, real) || !strcmp(real, w->source_real) || (depth == 0)) {
+    free(src_dir);
+    return;
+  }
+  for (size_t i = 0; i < w->c->nfiles; i++)
+    if (!strcmp(w->c->files[i].path, real)) {
+      free(src_dir);
+      return;
+    }
+  closure_file cf = {0};
+  cf.path = kf_xstrdup(real);
+  char *owned = NULL;
+  rooted_name(w->cs, real, src_dir, &owned);
+  cf.name = owned;
+  free(src_dir);
+  if (stat_file(real, &cf.size, &cf.mtime_ns) != 0) {
+    free(cf.path);
+    free(cf.name);
+    return;
+  }
+  hash_file_tokens(w->tu, included, cf.tokens);
+  w->c->files = kf_xrealloc(w->c->files, (w->c->nfiles + 1) * sizeof *w->c->files);
+  w->c->files[w->c->nfiles++] = cf;
+}
+
+static int cmp_closure_file(const void *a, const void *b) {
+  return strcmp(((const closure_file *)a)->name, ((const closure_file *)b)->name);
+}
+
+/* Parses the source like the device pass and collects its closure. */
+static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
+                         const kf_compile_setup *cs, closure *c, char **err) {
+  kf_strv flags = {0};
+  if (kf_toolchain_device_flags(tc, in->arch, &cs->compile_args, &flags, err) != 0)
+    return -1;
+  /* clang is not gcc: make it look like the host compiler nvcc drives */
+  if (tc->backend == KF_BACKEND_CUDA) {
+    kf_strv_push(&flags, "-Wno-everything");
+  }
+  struct CXUnsavedFile uf = {cs->source_path, in->source, (unsigned long)in->source_len};
+  CXTranslationUnit tu = NULL;
+  enum CXErrorCode ec = clang_parseTranslationUnit2(
+      get_index(d), cs->source_path, (const char *const *)flags.v, (int)flags.n, &uf, 1,
+      CXTranslationUnit_DetailedPreprocessingRecord | CXTranslationUnit_Incomplete |
+          CXTranslationUnit_SkipFunctionBodies | CXTranslationUnit_KeepGoing,
+      &tu);
+  kf_strv_free(&flags);
+  if (ec != CXError_Success || !tu) {
+    *err = kf_xasprintf("libclang could not parse %s (error %d)", in->rel_source, (int)ec);
+    return -1;
+  }
+  CXFile main_file = clang_getFile(tu, cs->source_path);
+  if (!main_file) {
+    clang_disposeTranslationUnit(tu);
+    *err = kf_xasprintf("libclang lost the source %s", cs->source_path);
+    return -1;
+  }
+  hash_file_tokens(tu, main_file, c->source_tokens);
+  /* the source's own path may not exist yet (keys writes nothing) */
+  char real[PATH_MAX];
+  char *src_real = realpath(cs->source_path, real) ? kf_xstrdup(real) : kf_xstrdup(cs->source_path);
+  walk_ctx w = {d, tc, cs, tu, c, src_real, 0, NULL};
+  clang_getInclusions(tu, visit_inclusion, &w);
+  free(src_real);
+  /* a missing include is an error the compiler will report; the closure is
+   * still what the compiler would read, so no error here */
+  clang_disposeTranslationUnit(tu);
+  if (c->nfiles > 1)
+    qsort(c->files, c->nfiles, sizeof *c->files, cmp_closure_file);
+  kf_strv_sort(&c->absent);
+  return 0;
+}
+
+/* ---- dependency records ---- */
+
+static char *deps_path(const kf_digest *d, const kf_compile_setup *cs, const char *arch) {
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, cs->source_path, strlen(cs->source_path) + 1);
+  XXH3_64bits_update(st, arch, strlen(arch) + 1);
+  for (size_t i = 0; i < cs->compile_args.n; i++)
+    XXH3_64bits_update(st, cs->compile_args.v[i], strlen(cs->compile_args.v[i]) + 1);
+  char hex[17];
+  kf_hex64(XXH3_64bits_digest(st), hex);
+  XXH3_freeState(st);
+  return kf_xasprintf("%s/%.2s/%s.json", d->deps_dir, hex, hex);
+}
+
+/* Loads a record and checks it against the file system. Returns 1 when it
+ * still holds (c filled, token hashes refreshed for touched files), 0 when a
+ * re-parse is needed. *dirty says the record should be rewritten. */
+static int deps_load(kf_digest *d, const char *path, const char *source_raw, closure *c,
+                     int *dirty) {
+  size_t len;
+  char *text = kf_read_file(path, &len);
+  if (!text)
+    return 0;
+  cJSON *root = cJSON_ParseWithLength(text, len);
+  free(text);
+  if (!root)
+    return 0;
+  int ok = 0;
+  const cJSON *raw = cJSON_GetObjectItemCaseSensitive(root, "source_raw");
+  const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "source_tokens");
+  const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+  const cJSON *absent = cJSON_GetObjectItemCaseSensitive(root, "absent");
+  if (!cJSON_IsString(raw) || strcmp(raw->valuestring, source_raw) != 0 || !cJSON_IsString(tok) ||
+      strlen(tok->valuestring) != 32 || !cJSON_IsArray(files) || !cJSON_IsArray(absent))
+    goto out;
+  memcpy(c->source_tokens, tok->valuestring, 33);
+  for (const cJSON *a = absent->child; a; a = a->next) {
+    if (!cJSON_IsString(a))
+      goto out;
+    if (!kf_strv_contains(&d->absent_ok, a->valuestring)) {
+      if (kf_path_exists(a->valuestring))
+        goto out; /* a header now shadows one on the include path */
+      kf_strv_push(&d->absent_ok, a->valuestring);
+    }
+    kf_strv_push(&c->absent, a->valuestring);
+  }
+  for (const cJSON *f = files->child; f; f = f->next) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(f, "path");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(f, "name");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "tokens");
+    const cJSON *sz = cJSON_GetObjectItemCaseSensitive(f, "size");
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(f, "mtime_ns");
+    if (!cJSON_IsString(p) || !cJSON_IsString(n) || !cJSON_IsString(t) || !cJSON_IsNumber(sz) ||
+        !cJSON_IsString(mt) || strlen(t->valuestring) != 32)
+      goto out;
+    closure_file cf = {0};
+    cf.path = kf_xstrdup(p->valuestring);
+    cf.name = kf_xstrdup(n->valuestring);
+    memcpy(cf.tokens, t->valuestring, 33);
+    c->files = kf_xrealloc(c->files, (c->nfiles + 1) * sizeof *c->files);
+    c->files[c->nfiles++] = cf;
+    closure_file *cur = &c->files[c->nfiles - 1];
+    long long size, mtime;
+    if (stat_file(cur->path, &size, &mtime) != 0)
+      goto out; /* a closure file vanished */
+    cur->size = size;
+    cur->mtime_ns = mtime;
+    if (size == (long long)sz->valuedouble && mtime == strtoll(mt->valuestring, NULL, 10))
+      continue;
+    /* touched: re-tokenise this file alone; same tokens, same closure */
+    size_t flen;
+    char *ftext = kf_read_file(cur->path, &flen);
+    char now[33];
+    int same =
+        ftext && hash_file_alone(d, cur->path, ftext, flen, now) == 0 && !strcmp(now, cur->tokens);
+    free(ftext);
+    if (!same)
+      goto out;
+    *dirty = 1;
+  }
+  ok = 1;
+out:
+  cJSON_Delete(root);
+  if (!ok)
+    closure_free(c);
+  return ok;
+}
+
+static void deps_save(const char *path, const char *source_raw, const closure *c) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddNumberToObject(root, "format", 1);
+  cJSON_AddStringToObject(root, "source_raw", source_raw);
+  cJSON_AddStringToObject(root, "source_tokens", c->source_tokens);
+  cJSON *files = cJSON_AddArrayToObject(root, "files");
+  for (size_t i = 0; i < c->nfiles; i++) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "path", c->files[i].path);
+    cJSON_AddStringToObject(f, "name", c->files[i].name);
+    cJSON_AddStringToObject(f, "tokens", c->files[i].tokens);
+    cJSON_AddNumberToObject(f, "size", (double)c->files[i].size);
+    char mt[32];
+    snprintf(mt, sizeof mt, "%lld", c->files[i].mtime_ns);
+    cJSON_AddStringToObject(f, "mtime_ns", mt);
+    cJSON_AddItemToArray(files, f);
+  }
+  cJSON *absent = cJSON_AddArrayToObject(root, "absent");
+  for (size_t i = 0; i < c->absent.n; i++)
+    cJSON_AddItemToArray(absent, cJSON_CreateString(c->absent.v[i]));
+  char *text = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  char *dir = kf_path_dirname(path);
+  if (kf_mkdir_p(dir) == 0)
+    kf_write_file_atomic(path, text, strlen(text)); /* best effort: only a speed-up */
+  free(dir);
+  free(text);
+}
+
+/* ---- the key ---- */
+
+int kf_digest_instance(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
+                       const kf_compile_setup *cs, kf_records *out, char key[33], int *reparsed,
+                       char **err) {
+  *err = NULL;
+  if (reparsed)
+    *reparsed = 0;
+  char source_raw[33];
+  kf_hash128_hex(in->source, in->source_len, source_raw);
+  closure c = {0};
+  char *dpath = d->deps_dir ? deps_path(d, cs, in->arch) : NULL;
+  int dirty = 0;
+  if (!dpath || !deps_load(d, dpath, source_raw, &c, &dirty)) {
+    if (parse_closure(d, in, tc, cs, &c, err) != 0) {
+      free(dpath);
+      closure_free(&c);
+      return -1;
+    }
+    if (reparsed)
+      *reparsed = 1;
+    dirty = 1;
+  }
+  if (dpath && dirty && d->write_deps)
+    deps_save(dpath, source_raw, &c);
+  free(dpath);
+
+  kf_records_add(out, "scheme", "", KEY_SCHEME);
+  kf_records_add(out, "target", "arch", in->arch);
+  kf_records_add(out, "source", "generated", c.source_tokens);
+  for (size_t i = 0; i < c.nfiles; i++)
+    kf_records_add(out, "file", c.files[i].name, c.files[i].tokens);
+  for (size_t i = 0; i < cs->key_args.n; i++) {
+    char idx[32];
+    snprintf(idx, sizeof idx, "%02u", (unsigned)i);
+    kf_records_add(out, "arg", idx, cs->key_args.v[i]);
+  }
+  for (size_t i = 0; i < tc->identity.n; i++) {
+    const char *line = tc->identity.v[i];
+    const char *eq = strchr(line, '=');
+    const char *sp = strchr(line, ' ');
+    const char *cut = eq && (!sp || eq < sp) ? eq : sp;
+    char *name = cut ? kf_xstrndup(line, (size_t)(cut - line)) : kf_xstrdup(line);
+    kf_records_add(out, "tool", name, cut ? cut + 1 : "");
+    free(name);
+  }
+  kf_records_add(out, "param", "template", in->kernel->tmpl->name);
+  char wbuf[16];
+  snprintf(wbuf, sizeof wbuf, "%d", in->width);
+  kf_records_add(out, "param", "W", wbuf);
+  for (size_t i = 0; i < in->kernel->tmpl->nparams; i++) {
+    char v[64];
+    kf_value_format(in->kernel->values[i], v, sizeof v);
+    kf_records_add(out, "param", in->kernel->tmpl->params[i].name, v);
+  }
+  kf_records_key(out, key);
+  closure_free(&c);
+  return 0;
+}

@@ -1,0 +1,29 @@
+/* json.h: loading JSON files with cJSON and reporting problems in the two
+ * shapes users see: "FILE:LINE:COL: error: …" for syntax and
+ * "FILE: json.path: error: …" for meaning. */
+#ifndef KF_JSON_H
+#define KF_JSON_H
+
+#include <cjson/cJSON.h>
+
+/* Parses the file at path (display names it in messages). Returns the tree
+ * (caller frees with cJSON_Delete) or NULL after printing the error. */
+cJSON *kf_json_load(const char *path, const char *display);
+/* Parses text; same reporting as kf_json_load. */
+/* Parses text, which must have a NUL at text[len]; same reporting. */
+cJSON *kf_json_parse(const char *text, size_t len, const char *display);
+
+/* Prints "display: path: error: <message>" to stderr. */
+void kf_report(const char *display, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Checks that every member of obj is one of allowed (NULL-terminated) and
+ * that no member repeats. Reports each offender (with a "did you mean" hint)
+ * and returns the number of problems. */
+int kf_json_check_members(const char *display, const char *path, const cJSON *obj,
+                          const char *const *allowed);
+
+/* Short name of a JSON value's type, for messages ("a string", "a number"). */
+const char *kf_json_type_name(const cJSON *v);
+
+#endif /* KF_JSON_H */

@@ -1,0 +1,55 @@
+/* main.c: the `kforge` command's entry: git-style subcommand dispatch. */
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *summary;
+} commands[] = {
+    {"build", kf_cmd_build, "emit, key and compile kernels into the cache"},
+    {"warm", kf_cmd_warm, "build, and fail unless every kernel ends up in the cache"},
+    {"keys", kf_cmd_keys, "print each kernel's key, compiling nothing"},
+    {"explain", kf_cmd_explain, "show the inputs of a kernel's key and what changed"},
+    {"ls", kf_cmd_ls, "list cache entries"},
+    {"verify", kf_cmd_verify, "re-hash every cache entry"},
+    {"gc", kf_cmd_gc, "evict least recently used entries"},
+    {"import-hf", kf_cmd_import_hf, "turn a Hugging Face config.json into a description"},
+};
+
+static void usage(FILE *f) {
+  fputs("usage: kforge <command> [options]\n\ncommands:\n", f);
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fputs("\n'kforge <command> --help' describes a command.\n", f);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    puts("kforge " KFORGE_VERSION);
+    return 0;
+  }
+  if (!strcmp(cmd, "help") && argc > 2) {
+    char *args[] = {argv[2], "--help", NULL};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+      if (!strcmp(commands[i].name, argv[2]))
+        return commands[i].fn(2, args);
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(commands[i].name, cmd))
+      return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "kforge: error: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}

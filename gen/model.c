@@ -1,0 +1,1055 @@
+/* model.c: loads a layer description, merges its family preset, loads the
+ * template schema of every kernel and validates every parameter against it.
+ * Every problem is reported (not only the first) so that one run shows the
+ * user all that is wrong; the caller writes nothing when loading fails. */
+#define _GNU_SOURCE
+#include "model.h"
+
+#include "json.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const known_arches[] = {
+    "sm_75",   "sm_80",   "sm_86",   "sm_87",   "sm_89",   "sm_90",  "sm_90a",  "sm_100", "sm_100a",
+    "sm_100f", "sm_103",  "sm_103a", "sm_110",  "sm_110a", "sm_120", "sm_120a", "sm_121", "sm_121a",
+    "gfx900",  "gfx906",  "gfx908",  "gfx90a",  "gfx940",  "gfx941", "gfx942",  "gfx950", "gfx1030",
+    "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201", NULL};
+
+int kf_arch_is_hip(const char *arch) { return strncmp(arch, "gfx", 3) == 0; }
+
+int kf_arch_known(const char *arch) {
+  size_t base = strcspn(arch, ":");
+  for (const char *const *a = known_arches; *a; a++) {
+    if (strlen(*a) == base && strncmp(*a, arch, base) == 0) {
+      if (arch[base] == '\0')
+        return 1;
+      if (!kf_arch_is_hip(arch))
+        return 0;
+      /* HIP target features: ":xnack-", ":sramecc+", in any combination */
+      const char *p = arch + base;
+      while (*p == ':') {
+        p++;
+        const char *f = p;
+        while (*p && *p != ':')
+          p++;
+        size_t n = (size_t)(p - f);
+        if (n < 2 || (f[n - 1] != '+' && f[n - 1] != '-'))
+          return 0;
+        if (!(n - 1 == 5 && !strncmp(f, "xnack", 5)) && !(n - 1 == 7 && !strncmp(f, "sramecc", 7)))
+          return 0;
+      }
+      return *p == '\0';
+    }
+  }
+  return 0;
+}
+
+const char *kf_arch_known_list(void) {
+  static char list[512];
+  if (!list[0]) {
+    size_t o = 0;
+    for (const char *const *a = known_arches; *a; a++)
+      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", *a);
+  }
+  return list;
+}
+
+/* ---- names ---- */
+
+static int valid_name(const char *s, int allow_dot) {
+  if (!*s || strlen(s) > 64 || !(islower((unsigned char)s[0]) || isdigit((unsigned char)s[0])))
+    return 0;
+  if (strstr(s, ".."))
+    return 0;
+  for (const char *p = s; *p; p++) {
+    if (islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '_' || *p == '-')
+      continue;
+    if (allow_dot && *p == '.')
+      continue;
+    return 0;
+  }
+  return 1;
+}
+
+/* ---- loading context ---- */
+
+typedef struct {
+  const kf_model_options *opt;
+  const char *display; /* description path as given */
+  int errors;
+  kf_template **templates; /* loaded schemas, shared by kernels */
+  size_t ntemplates;
+} loader;
+
+static void template_free(kf_template *t) {
+  if (!t)
+    return;
+  free(t->name);
+  free(t->dir);
+  free(t->path);
+  free(t->header);
+  free(t->entry);
+  for (size_t i = 0; i < t->nparams; i++) {
+    free(t->params[i].name);
+    free(t->params[i].one_of);
+  }
+  free(t->params);
+  for (size_t i = 0; i < t->nargs; i++) {
+    free(t->args[i].name);
+    free(t->args[i].type);
+  }
+  free(t->args);
+  for (int i = 0; i < 3; i++) {
+    free(t->grid[i]);
+    free(t->block[i]);
+  }
+  free(t->shared_bytes);
+  free(t);
+}
+
+static const struct {
+  const char *type;
+  int size;
+} arg_types[] = {{"const kf_bf16*", 8}, {"kf_bf16*", 8}, {"const float*", 8}, {"float*", 8},
+                 {"const int*", 8},     {"int*", 8},     {"int", 4},          {"float", 4},
+                 {"long long", 8},      {NULL, 0}};
+
+/* A launch dimension is a number or an expression string. */
+static char *launch_expr(const char *file, const char *path, const cJSON *v, int *errors) {
+  if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble))
+    return kf_xasprintf("%lld", (long long)v->valuedouble);
+  if (cJSON_IsString(v) && *v->valuestring)
+    return kf_xstrdup(v->valuestring);
+  kf_report(file, path, "must be an integer or an expression string, got %s", kf_json_type_name(v));
+  (*errors)++;
+  return kf_xstrdup("0");
+}
+
+static int parse_param_spec(const char *file, const char *path, const cJSON *spec,
+                            kf_param_spec *ps) {
+  static const char *const members[] = {"type",   "min",         "max", "multiple_of",
+                                        "one_of", "description", NULL};
+  int errors = 0;
+  if (!cJSON_IsObject(spec)) {
+    kf_report(file, path, "must be an object, got %s", kf_json_type_name(spec));
+    return 1;
+  }
+  errors += kf_json_check_members(file, path, spec, members);
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(spec, "type");
+  if (!cJSON_IsString(type) ||
+      (strcmp(type->valuestring, "int") != 0 && strcmp(type->valuestring, "float") != 0)) {
+    char *p = kf_xasprintf("%s.type", path);
+    kf_report(file, p, "must be \"int\" or \"float\"");
+    free(p);
+    errors++;
+  } else {
+    ps->is_float = strcmp(type->valuestring, "float") == 0;
+  }
+  const cJSON *v;
+  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "min"))) {
+    ps->has_min = cJSON_IsNumber(v);
+    ps->min = v->valuedouble;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "max"))) {
+    ps->has_max = cJSON_IsNumber(v);
+    ps->max = v->valuedouble;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "multiple_of")))
+    ps->multiple_of = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "one_of")) && cJSON_IsArray(v)) {
+    ps->n_one_of = (size_t)cJSON_GetArraySize(v);
+    ps->one_of = kf_xcalloc(ps->n_one_of, sizeof(int64_t));
+    size_t i = 0;
+    for (const cJSON *e = v->child; e; e = e->next)
+      ps->one_of[i++] = (int64_t)e->valuedouble;
+  }
+  return errors;
+}
+
+/* Loads templates/<name>.json (first hit on the search path). */
+static kf_template *load_template(loader *L, const kf_model *m, const char *name,
+                                  const char *where_file, const char *where_path) {
+  for (size_t i = 0; i < L->ntemplates; i++)
+    if (strcmp(L->templates[i]->name, name) == 0)
+      return L->templates[i];
+  kf_strv dirs = {0};
+  for (size_t i = 0; i < m->template_dirs.n; i++)
+    kf_strv_push(&dirs, m->template_dirs.v[i]);
+  for (size_t i = 0; i < L->opt->extra_template_dirs.n; i++)
+    kf_strv_push_owned(&dirs, kf_path_absolute(L->opt->extra_template_dirs.v[i]));
+  kf_strv_push_owned(&dirs, kf_path_absolute(L->opt->templates_dir));
+  char *found = NULL, *found_dir = NULL;
+  kf_buf searched = {0};
+  for (size_t i = 0; i < dirs.n && !found; i++) {
+    char *p = kf_xasprintf("%s/%s.json", dirs.v[i], name);
+    if (kf_path_exists(p)) {
+      found = p;
+      found_dir = kf_xstrdup(dirs.v[i]);
+    } else {
+      free(p);
+      kf_buf_printf(&searched, "%s%s", i ? ", " : "", dirs.v[i]);
+    }
+  }
+  kf_strv_free(&dirs);
+  if (!found) {
+    kf_report(where_file, where_path, "template \"%s\" not found (searched %s)", name,
+              searched.data ? searched.data : "nothing");
+    kf_buf_free(&searched);
+    L->errors++;
+    return NULL;
+  }
+  kf_buf_free(&searched);
+  cJSON *root = kf_json_load(found, found);
+  if (!root) {
+    L->errors++;
+    free(found);
+    free(found_dir);
+    return NULL;
+  }
+  kf_template *t = kf_xcalloc(1, sizeof *t);
+  t->name = kf_xstrdup(name);
+  t->dir = found_dir;
+  t->path = found;
+  int errors = 0;
+  static const char *const members[] = {"template", "header", "entry",       "params",
+                                        "args",     "launch", "description", NULL};
+  if (!cJSON_IsObject(root)) {
+    kf_report(found, "", "a template schema must be a JSON object");
+    errors++;
+    goto done;
+  }
+  errors += kf_json_check_members(found, "", root, members);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "template");
+  if (!cJSON_IsString(v) || strcmp(v->valuestring, name) != 0) {
+    kf_report(found, "template", "must be \"%s\" (the file's name)", name);
+    errors++;
+  }
+  v = cJSON_GetObjectItemCaseSensitive(root, "header");
+  if (!cJSON_IsString(v) || !*v->valuestring || strchr(v->valuestring, '"')) {
+    kf_report(found, "header", "must be the header's file name");
+    errors++;
+  } else {
+    t->header = kf_xstrdup(v->valuestring);
+    char *hp = kf_path_join(t->dir, t->header);
+    if (!kf_path_exists(hp)) {
+      kf_report(found, "header", "\"%s\" does not exist beside the schema", t->header);
+      errors++;
+    }
+    free(hp);
+  }
+  v = cJSON_GetObjectItemCaseSensitive(root, "entry");
+  if (!cJSON_IsString(v) || !*v->valuestring) {
+    kf_report(found, "entry", "must name the device function template to call");
+    errors++;
+  } else {
+    t->entry = kf_xstrdup(v->valuestring);
+  }
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+  if (params && !cJSON_IsObject(params)) {
+    kf_report(found, "params", "must be an object");
+    errors++;
+  } else if (params) {
+    t->nparams = (size_t)cJSON_GetArraySize(params);
+    t->params = kf_xcalloc(t->nparams, sizeof *t->params);
+    size_t i = 0;
+    for (const cJSON *p = params->child; p; p = p->next, i++) {
+      t->params[i].name = kf_xstrdup(p->string);
+      char *path = kf_xasprintf("params.%s", p->string);
+      if (!isupper((unsigned char)p->string[0]) || strcmp(p->string, "W") == 0) {
+        kf_report(found, path, "parameter names are upper-case identifiers other than W");
+        errors++;
+      }
+      errors += parse_param_spec(found, path, p, &t->params[i]);
+      free(path);
+    }
+  }
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
+  if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) == 0) {
+    kf_report(found, "args", "must be a non-empty array");
+    errors++;
+  } else {
+    t->nargs = (size_t)cJSON_GetArraySize(args);
+    t->args = kf_xcalloc(t->nargs, sizeof *t->args);
+    size_t i = 0;
+    for (const cJSON *a = args->child; a; a = a->next, i++) {
+      char *path = kf_xasprintf("args[%zu]", i);
+      const cJSON *an = cJSON_GetObjectItemCaseSensitive(a, "name");
+      const cJSON *at = cJSON_GetObjectItemCaseSensitive(a, "type");
+      if (!cJSON_IsString(an) || !cJSON_IsString(at)) {
+        kf_report(found, path, "must be {\"name\": …, \"type\": …}");
+        errors++;
+        t->args[i].name = kf_xstrdup("?");
+        t->args[i].type = kf_xstrdup("int");
+        free(path);
+        continue;
+      }
+      t->args[i].name = kf_xstrdup(an->valuestring);
+      t->args[i].type = kf_xstrdup(at->valuestring);
+      for (int k = 0; arg_types[k].type; k++)
+        if (strcmp(arg_types[k].type, at->valuestring) == 0)
+          t->args[i].size = arg_types[k].size;
+      if (!t->args[i].size) {
+        kf_buf list = {0};
+        for (int k = 0; arg_types[k].type; k++)
+          kf_buf_printf(&list, "%s\"%s\"", k ? ", " : "", arg_types[k].type);
+        kf_report(found, path, "unknown argument type \"%s\"; allowed: %s", at->valuestring,
+                  list.data);
+        kf_buf_free(&list);
+        errors++;
+      }
+      free(path);
+    }
+    const kf_arg_spec *last = &t->args[t->nargs - 1];
+    if (strcmp(last->name, "rows") != 0 || strcmp(last->type, "int") != 0) {
+      kf_report(found, "args", "the last argument must be {\"name\": \"rows\", \"type\": \"int\"}");
+      errors++;
+    }
+  }
+  const cJSON *launch = cJSON_GetObjectItemCaseSensitive(root, "launch");
+  static const char *const launch_members[] = {"grid", "block", "shared_bytes", NULL};
+  if (!cJSON_IsObject(launch)) {
+    kf_report(found, "launch", "must be an object with grid, block and shared_bytes");
+    errors++;
+  } else {
+    errors += kf_json_check_members(found, "launch", launch, launch_members);
+    const char *names[2] = {"grid", "block"};
+    char **dst[2] = {t->grid, t->block};
+    for (int d = 0; d < 2; d++) {
+      const cJSON *arr = cJSON_GetObjectItemCaseSensitive(launch, names[d]);
+      if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 3) {
+        char *p = kf_xasprintf("launch.%s", names[d]);
+        kf_report(found, p, "must be an array of 3 dimensions");
+        free(p);
+        errors++;
+        for (int k = 0; k < 3; k++)
+          dst[d][k] = kf_xstrdup("1");
+        continue;
+      }
+      int k = 0;
+      for (const cJSON *e = arr->child; e; e = e->next, k++) {
+        char *p = kf_xasprintf("launch.%s[%d]", names[d], k);
+        dst[d][k] = launch_expr(found, p, e, &errors);
+        free(p);
+      }
+    }
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(launch, "shared_bytes");
+    t->shared_bytes = sh ? launch_expr(found, "launch.shared_bytes", sh, &errors) : kf_xstrdup("0");
+  }
+done:
+  cJSON_Delete(root);
+  for (int k = 0; k < 3; k++) {
+    if (!t->grid[k])
+      t->grid[k] = kf_xstrdup("1");
+    if (!t->block[k])
+      t->block[k] = kf_xstrdup("1");
+  }
+  if (!t->shared_bytes)
+    t->shared_bytes = kf_xstrdup("0");
+  if (errors) {
+    L->errors += errors;
+    template_free(t);
+    return NULL;
+  }
+  L->templates = kf_xrealloc(L->templates, (L->ntemplates + 1) * sizeof *L->templates);
+  L->templates[L->ntemplates++] = t;
+  return t;
+}
+
+/* ---- shape lookup for expressions ---- */
+
+static int shape_lookup(void *ctx, const char *name, kf_value *out) {
+  const kf_model *m = ctx;
+  for (size_t i = 0; i < m->nshape; i++) {
+    if (strcmp(m->shape[i].name, name) == 0 && !m->shape[i].is_string) {
+      *out = m->shape[i].value;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+typedef struct {
+  const kf_kernel_desc *k;
+  int width;
+} launch_ctx;
+
+static int launch_lookup(void *ctx, const char *name, kf_value *out) {
+  const launch_ctx *lc = ctx;
+  if (strcmp(name, "W") == 0) {
+    out->is_float = 0;
+    out->i = lc->width;
+    return 0;
+  }
+  for (size_t i = 0; i < lc->k->tmpl->nparams; i++) {
+    if (strcmp(lc->k->tmpl->params[i].name, name) == 0) {
+      *out = lc->k->values[i];
+      return 0;
+    }
+  }
+  return -1;
+}
+
+int kf_template_eval(const kf_kernel_desc *k, int width, const char *expr, int64_t *out, char *err,
+                     size_t errlen) {
+  launch_ctx lc = {k, width};
+  kf_value v;
+  if (kf_expr_eval(expr, launch_lookup, &lc, &v, err, errlen) != 0)
+    return -1;
+  if (v.is_float) {
+    snprintf(err, errlen, "\"%s\" is not an integer", expr);
+    return -1;
+  }
+  *out = v.i;
+  return 0;
+}
+
+/* ---- kernels ---- */
+
+static void check_value(loader *L, const char *file, const char *path, const kf_param_spec *ps,
+                        kf_value v, const char *expr) {
+  char got[64];
+  kf_value_format(v, got, sizeof got);
+  char from[256] = "";
+  if (expr)
+    snprintf(from, sizeof from, " (from \"%.200s\")", expr);
+  if (!ps->is_float && v.is_float) {
+    if (v.f != floor(v.f)) {
+      kf_report(file, path, "must be an integer, got %s%s", got, from);
+      L->errors++;
+      return;
+    }
+  }
+  double d = kf_value_as_double(v);
+  if (ps->has_min && d < ps->min) {
+    kf_report(file, path, "must be at least %g, got %s%s", ps->min, got, from);
+    L->errors++;
+  }
+  if (ps->has_max && d > ps->max) {
+    kf_report(file, path, "must be at most %g, got %s%s", ps->max, got, from);
+    L->errors++;
+  }
+  if (!ps->is_float && ps->multiple_of > 0 && (int64_t)d % ps->multiple_of != 0) {
+    kf_report(file, path, "must be a multiple of %lld, got %s%s", (long long)ps->multiple_of, got,
+              from);
+    L->errors++;
+  }
+  if (ps->n_one_of) {
+    int ok = 0;
+    kf_buf list = {0};
+    for (size_t i = 0; i < ps->n_one_of; i++) {
+      if ((double)ps->one_of[i] == d)
+        ok = 1;
+      kf_buf_printf(&list, "%s%lld", i ? ", " : "", (long long)ps->one_of[i]);
+    }
+    if (!ok) {
+      kf_report(file, path, "must be one of %s, got %s%s", list.data, got, from);
+      L->errors++;
+    }
+    kf_buf_free(&list);
+  }
+}
+
+/* Parses one kernel entry (from the description or its family) into k. */
+static int parse_kernel(loader *L, kf_model *m, const char *file, const char *path,
+                        const cJSON *obj, kf_kernel_desc *k) {
+  static const char *const members[] = {"kind", "template", "params", "description", NULL};
+  int before = L->errors;
+  if (!cJSON_IsObject(obj)) {
+    kf_report(file, path, "must be an object, got %s", kf_json_type_name(obj));
+    L->errors++;
+    return -1;
+  }
+  L->errors += kf_json_check_members(file, path, obj, members);
+  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
+  const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(obj, "template");
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(obj, "params");
+  char *p;
+  if (!cJSON_IsString(kind) || !valid_name(kind->valuestring, 0)) {
+    p = kf_xasprintf("%s.kind", path);
+    kf_report(file, p, "must be a name of lower-case letters, digits, '_' and '-', got %s",
+              cJSON_IsString(kind) ? kind->valuestring : kf_json_type_name(kind));
+    free(p);
+    L->errors++;
+    return -1;
+  }
+  k->kind = kf_xstrdup(kind->valuestring);
+  k->source_file = kf_xstrdup(file);
+  if (!cJSON_IsString(tmpl) || !valid_name(tmpl->valuestring, 0)) {
+    p = kf_xasprintf("%s.template", path);
+    kf_report(file, p, "must name a template in templates/, got %s",
+              cJSON_IsString(tmpl) ? tmpl->valuestring : kf_json_type_name(tmpl));
+    free(p);
+    L->errors++;
+    return -1;
+  }
+  p = kf_xasprintf("%s.template", path);
+  k->tmpl = load_template(L, m, tmpl->valuestring, file, p);
+  free(p);
+  if (!k->tmpl)
+    return -1;
+  if (params && !cJSON_IsObject(params)) {
+    p = kf_xasprintf("%s.params", path);
+    kf_report(file, p, "must be an object, got %s", kf_json_type_name(params));
+    free(p);
+    L->errors++;
+    return -1;
+  }
+  k->values = kf_xcalloc(k->tmpl->nparams ? k->tmpl->nparams : 1, sizeof(kf_value));
+  /* unknown parameters */
+  for (const cJSON *e = params ? params->child : NULL; e; e = e->next) {
+    int known = 0;
+    for (size_t i = 0; i < k->tmpl->nparams; i++)
+      if (strcmp(k->tmpl->params[i].name, e->string) == 0)
+        known = 1;
+    if (!known) {
+      p = kf_xasprintf("%s.params.%s", path, e->string);
+      kf_buf list = {0};
+      for (size_t i = 0; i < k->tmpl->nparams; i++)
+        kf_buf_printf(&list, "%s%s", i ? ", " : "", k->tmpl->params[i].name);
+      kf_report(file, p, "unknown parameter \"%s\" of template %s; it takes: %s", e->string,
+                k->tmpl->name, list.data ? list.data : "none");
+      kf_buf_free(&list);
+      free(p);
+      L->errors++;
+    }
+  }
+  for (size_t i = 0; i < k->tmpl->nparams; i++) {
+    const kf_param_spec *ps = &k->tmpl->params[i];
+    const cJSON *v = params ? cJSON_GetObjectItemCaseSensitive(params, ps->name) : NULL;
+    p = kf_xasprintf("%s.params.%s", path, ps->name);
+    if (!v) {
+      kf_report(file, p, "missing parameter %s of template %s", ps->name, k->tmpl->name);
+      L->errors++;
+    } else if (cJSON_IsNumber(v)) {
+      kf_value val = {0, 0, 0};
+      if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9e15 && !ps->is_float)
+        val.i = (int64_t)v->valuedouble;
+      else {
+        val.is_float = 1;
+        val.f = v->valuedouble;
+      }
+      check_value(L, file, p, ps, val, NULL);
+      k->values[i] = val;
+    } else if (cJSON_IsString(v)) {
+      kf_value val;
+      char err[256];
+      if (kf_expr_eval(v->valuestring, shape_lookup, m, &val, err, sizeof err) != 0) {
+        kf_report(file, p, "%s", err);
+        L->errors++;
+      } else {
+        check_value(L, file, p, ps, val, v->valuestring);
+        if (!ps->is_float && val.is_float)
+          val = (kf_value){0, (int64_t)val.f, 0};
+        k->values[i] = val;
+      }
+    } else {
+      kf_report(file, p, "must be a number or an expression string, got %s", kf_json_type_name(v));
+      L->errors++;
+    }
+    if (ps->is_float && !k->values[i].is_float)
+      k->values[i] = (kf_value){1, 0, (double)k->values[i].i};
+    free(p);
+  }
+  return L->errors == before ? 0 : -1;
+}
+
+static void kernel_free(kf_kernel_desc *k) {
+  free(k->kind);
+  free(k->values);
+  free(k->source_file);
+}
+
+/* ---- families ---- */
+
+typedef struct {
+  char *path;
+  cJSON *root;
+  const cJSON *fields;   /* shape_fields */
+  const cJSON *optional; /* optional_fields */
+} family;
+
+static int load_family(loader *L, const kf_model *m, const char *name, family *f) {
+  char *local = kf_xasprintf("%s/families/%s.json", m->dir, name);
+  char *builtin = kf_xasprintf("%s/%s.json", L->opt->families_dir, name);
+  char *path = kf_path_exists(local) ? local : kf_path_exists(builtin) ? builtin : NULL;
+  if (!path) {
+    kf_report(L->display, "family", "unknown family \"%s\" (no %s or %s)", name, local, builtin);
+    free(local);
+    free(builtin);
+    L->errors++;
+    return -1;
+  }
+  f->path = kf_xstrdup(path);
+  free(local);
+  free(builtin);
+  f->root = kf_json_load(f->path, f->path);
+  if (!f->root) {
+    L->errors++;
+    return -1;
+  }
+  static const char *const members[] = {"family",  "shape_fields", "optional_fields",
+                                        "kernels", "description",  NULL};
+  int errors = 0;
+  if (!cJSON_IsObject(f->root)) {
+    kf_report(f->path, "", "a family preset must be a JSON object");
+    L->errors++;
+    return -1;
+  }
+  errors += kf_json_check_members(f->path, "", f->root, members);
+  const cJSON *fam = cJSON_GetObjectItemCaseSensitive(f->root, "family");
+  if (!cJSON_IsString(fam) || strcmp(fam->valuestring, name) != 0) {
+    kf_report(f->path, "family", "must be \"%s\" (the file's name)", name);
+    errors++;
+  }
+  f->fields = cJSON_GetObjectItemCaseSensitive(f->root, "shape_fields");
+  f->optional = cJSON_GetObjectItemCaseSensitive(f->root, "optional_fields");
+  if (f->fields && !cJSON_IsObject(f->fields)) {
+    kf_report(f->path, "shape_fields", "must be an object of field: type");
+    errors++;
+  }
+  if (f->optional && !cJSON_IsObject(f->optional)) {
+    kf_report(f->path, "optional_fields", "must be an object");
+    errors++;
+  }
+  L->errors += errors;
+  return errors ? -1 : 0;
+}
+
+/* The declared type of a shape field in a family: "int", "float", "string"
+ * or "bool"; the default of an optional one through *def (may be NULL). */
+static const char *family_field_type(const family *f, const char *name, const cJSON **def,
+                                     int *optional) {
+  const cJSON *t = f->fields ? cJSON_GetObjectItemCaseSensitive(f->fields, name) : NULL;
+  *def = NULL;
+  *optional = 0;
+  if (t)
+    return cJSON_IsString(t) ? t->valuestring : "?";
+  t = f->optional ? cJSON_GetObjectItemCaseSensitive(f->optional, name) : NULL;
+  if (!t)
+    return NULL;
+  *optional = 1;
+  if (cJSON_IsString(t))
+    return t->valuestring;
+  if (cJSON_IsObject(t)) {
+    *def = cJSON_GetObjectItemCaseSensitive(t, "default");
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type");
+    return cJSON_IsString(ty) ? ty->valuestring : "?";
+  }
+  return "?";
+}
+
+static void add_shape(kf_model *m, const char *name, const cJSON *v) {
+  m->shape = kf_xrealloc(m->shape, (m->nshape + 1) * sizeof *m->shape);
+  kf_shape_field *s = &m->shape[m->nshape++];
+  memset(s, 0, sizeof *s);
+  s->name = kf_xstrdup(name);
+  if (cJSON_IsString(v)) {
+    s->is_string = 1;
+    s->str = kf_xstrdup(v->valuestring);
+  } else if (cJSON_IsBool(v)) {
+    s->value.i = cJSON_IsTrue(v);
+  } else if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9e15) {
+    s->value.i = (int64_t)v->valuedouble;
+  } else {
+    s->value.is_float = 1;
+    s->value.f = v->valuedouble;
+  }
+}
+
+static int type_matches(const char *type, const cJSON *v) {
+  if (!strcmp(type, "int"))
+    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
+  if (!strcmp(type, "float"))
+    return cJSON_IsNumber(v);
+  if (!strcmp(type, "string"))
+    return cJSON_IsString(v);
+  if (!strcmp(type, "bool"))
+    return cJSON_IsBool(v);
+  return 0;
+}
+
+static const char *type_phrase(const char *type) {
+  if (!strcmp(type, "int"))
+    return "an integer";
+  if (!strcmp(type, "float"))
+    return "a number";
+  if (!strcmp(type, "string"))
+    return "a string";
+  if (!strcmp(type, "bool"))
+    return "true or false";
+  return type;
+}
+
+static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family *f) {
+  if (!cJSON_IsObject(shape)) {
+    kf_report(L->display, "shape", "must be an object of shape fields, got %s",
+              kf_json_type_name(shape));
+    L->errors++;
+    return;
+  }
+  for (const cJSON *e = shape->child; e; e = e->next) {
+    char *p = kf_xasprintf("shape.%s", e->string);
+    for (const cJSON *o = shape->child; o != e; o = o->next)
+      if (!strcmp(o->string, e->string)) {
+        kf_report(L->display, p, "duplicate member \"%s\"", e->string);
+        L->errors++;
+      }
+    if (!valid_name(e->string, 0) || strchr(e->string, '-')) {
+      kf_report(L->display, p, "field names are lower-case identifiers");
+      L->errors++;
+    } else if (f && f->root) {
+      const cJSON *def;
+      int optional;
+      const char *type = family_field_type(f, e->string, &def, &optional);
+      if (!type) {
+        /* suggest the closest known field */
+        const char *best = NULL;
+        size_t best_d = (size_t)-1;
+        const cJSON *lists[2] = {f->fields, f->optional};
+        for (int li = 0; li < 2; li++)
+          for (const cJSON *c = lists[li] ? lists[li]->child : NULL; c; c = c->next) {
+            size_t d = kf_edit_distance(c->string, e->string);
+            if (d < best_d) {
+              best_d = d;
+              best = c->string;
+            }
+          }
+        if (best && best_d <= 3)
+          kf_report(L->display, p, "unknown field \"%s\" for family %s (did you mean \"%s\"?)",
+                    e->string, m->family, best);
+        else
+          kf_report(L->display, p, "unknown field \"%s\" for family %s", e->string, m->family);
+        L->errors++;
+      } else if (!type_matches(type, e)) {
+        kf_report(L->display, p, "must be %s, got %s", type_phrase(type), kf_json_type_name(e));
+        L->errors++;
+      } else {
+        add_shape(m, e->string, e);
+      }
+    } else if (!cJSON_IsNumber(e) && !cJSON_IsString(e) && !cJSON_IsBool(e)) {
+      kf_report(L->display, p, "must be a number, a string or a boolean, got %s",
+                kf_json_type_name(e));
+      L->errors++;
+    } else {
+      add_shape(m, e->string, e);
+    }
+    free(p);
+  }
+  if (!f || !f->root)
+    return;
+  for (const cJSON *c = f->fields ? f->fields->child : NULL; c; c = c->next)
+    if (!cJSON_GetObjectItemCaseSensitive(shape, c->string)) {
+      char *p = kf_xasprintf("shape.%s", c->string);
+      kf_report(L->display, p, "missing field required by family %s (%s)", m->family,
+                cJSON_IsString(c) ? type_phrase(c->valuestring) : "?");
+      free(p);
+      L->errors++;
+    }
+  for (const cJSON *c = f->optional ? f->optional->child : NULL; c; c = c->next) {
+    if (cJSON_GetObjectItemCaseSensitive(shape, c->string))
+      continue;
+    const cJSON *def;
+    int optional;
+    family_field_type(f, c->string, &def, &optional);
+    if (def)
+      add_shape(m, c->string, def);
+  }
+}
+
+static void parse_widths(loader *L, kf_model *m, const cJSON *w) {
+  if (!w) {
+    int d[] = {1, 2, 4, 8};
+    memcpy(m->widths, d, sizeof d);
+    m->nwidths = 4;
+    return;
+  }
+  if (!cJSON_IsArray(w) || cJSON_GetArraySize(w) == 0) {
+    kf_report(L->display, "widths", "must be a non-empty array of integers, got %s",
+              kf_json_type_name(w));
+    L->errors++;
+    return;
+  }
+  int i = 0;
+  for (const cJSON *e = w->child; e; e = e->next, i++) {
+    char *p = kf_xasprintf("widths[%d]", i);
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 1 ||
+        e->valuedouble > 256) {
+      kf_report(L->display, p, "must be an integer from 1 to 256, got %s",
+                cJSON_IsNumber(e) ? "a number out of range" : kf_json_type_name(e));
+      L->errors++;
+    } else if (m->nwidths >= sizeof m->widths / sizeof m->widths[0]) {
+      kf_report(L->display, p, "too many widths (at most 64)");
+      L->errors++;
+    } else {
+      int v = (int)e->valuedouble;
+      int dup = 0;
+      for (size_t k = 0; k < m->nwidths; k++)
+        dup |= m->widths[k] == v;
+      if (dup) {
+        kf_report(L->display, p, "width %d is listed twice", v);
+        L->errors++;
+      } else {
+        m->widths[m->nwidths++] = v;
+      }
+    }
+    free(p);
+  }
+  /* sort ascending: plans and manifests list widths in order */
+  for (size_t a = 1; a < m->nwidths; a++)
+    for (size_t b = a; b > 0 && m->widths[b - 1] > m->widths[b]; b--) {
+      int t = m->widths[b];
+      m->widths[b] = m->widths[b - 1];
+      m->widths[b - 1] = t;
+    }
+}
+
+static void check_arch(loader *L, const char *file, const char *path, const char *arch) {
+  if (!kf_arch_known(arch)) {
+    kf_report(file, path, "unknown arch \"%s\"; known: %s", arch, kf_arch_known_list());
+    L->errors++;
+  }
+}
+
+static void parse_arches(loader *L, kf_model *m, const cJSON *a) {
+  if (L->opt->arches.n) {
+    for (size_t i = 0; i < L->opt->arches.n; i++) {
+      check_arch(L, "--arch", "", L->opt->arches.v[i]);
+      if (!kf_strv_contains(&m->arches, L->opt->arches.v[i]))
+        kf_strv_push(&m->arches, L->opt->arches.v[i]);
+    }
+  }
+  if (!a) {
+    if (!L->opt->arches.n)
+      kf_strv_push(&m->arches, "sm_90a");
+    return;
+  }
+  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0) {
+    kf_report(L->display, "arches", "must be a non-empty array of arch names, got %s",
+              kf_json_type_name(a));
+    L->errors++;
+    return;
+  }
+  int i = 0;
+  for (const cJSON *e = a->child; e; e = e->next, i++) {
+    char *p = kf_xasprintf("arches[%d]", i);
+    if (!cJSON_IsString(e)) {
+      kf_report(L->display, p, "must be an arch name such as \"sm_90a\", got %s",
+                kf_json_type_name(e));
+      L->errors++;
+    } else {
+      check_arch(L, L->display, p, e->valuestring);
+      if (!L->opt->arches.n && !kf_strv_contains(&m->arches, e->valuestring))
+        kf_strv_push(&m->arches, e->valuestring);
+    }
+    free(p);
+  }
+}
+
+static void parse_dirs(loader *L, kf_model *m, const cJSON *a, const char *field, kf_strv *out) {
+  if (!a)
+    return;
+  if (!cJSON_IsArray(a)) {
+    kf_report(L->display, field, "must be an array of directory paths, got %s",
+              kf_json_type_name(a));
+    L->errors++;
+    return;
+  }
+  int i = 0;
+  for (const cJSON *e = a->child; e; e = e->next, i++) {
+    char *p = kf_xasprintf("%s[%d]", field, i);
+    if (!cJSON_IsString(e) || !*e->valuestring) {
+      kf_report(L->display, p, "must be a directory path, got %s", kf_json_type_name(e));
+      L->errors++;
+    } else {
+      char *joined = kf_path_join(m->dir, e->valuestring);
+      char *abs = kf_path_absolute(joined);
+      free(joined);
+      char *probe = kf_path_join(abs, ".");
+      if (!kf_path_exists(probe)) {
+        kf_report(L->display, p, "directory \"%s\" does not exist", e->valuestring);
+        L->errors++;
+        free(abs);
+      } else {
+        kf_strv_push_owned(out, abs);
+      }
+      free(probe);
+    }
+    free(p);
+  }
+}
+
+static int cmp_kernel(const void *a, const void *b) {
+  return strcmp(((const kf_kernel_desc *)a)->kind, ((const kf_kernel_desc *)b)->kind);
+}
+
+kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
+  loader L = {opt, path, 0, NULL, 0};
+  cJSON *root = kf_json_load(path, path);
+  if (!root)
+    return NULL;
+  kf_model *m = kf_xcalloc(1, sizeof *m);
+  m->path = kf_xstrdup(path);
+  char *abs = kf_path_absolute(path);
+  m->dir = kf_path_dirname(abs);
+  free(abs);
+  family fam = {0};
+  static const char *const members[] = {"name",        "family",  "shape",        "widths",
+                                        "arches",      "kernels", "include_dirs", "template_dirs",
+                                        "description", NULL};
+  if (!cJSON_IsObject(root)) {
+    kf_report(path, "", "a description must be a JSON object, got %s", kf_json_type_name(root));
+    L.errors++;
+    goto out;
+  }
+  L.errors += kf_json_check_members(path, "", root, members);
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+  if (!cJSON_IsString(name)) {
+    kf_report(path, "name", "missing the model's name (a string such as \"qwen3-0.6b\")");
+    L.errors++;
+  } else if (!valid_name(name->valuestring, 1)) {
+    kf_report(path, "name",
+              "\"%s\" is not a valid model name: use lower-case letters, digits, '.', '_' and "
+              "'-' (no '/' or '..'), at most 64 characters",
+              name->valuestring);
+    L.errors++;
+  } else {
+    m->name = kf_xstrdup(name->valuestring);
+  }
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "family");
+  if (f) {
+    if (!cJSON_IsString(f) || !valid_name(f->valuestring, 0)) {
+      kf_report(path, "family", "must be a family name such as \"qwen3\", got %s",
+                cJSON_IsString(f) ? f->valuestring : kf_json_type_name(f));
+      L.errors++;
+    } else {
+      m->family = kf_xstrdup(f->valuestring);
+      load_family(&L, m, m->family, &fam);
+    }
+  }
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, "shape");
+  if (!shape) {
+    kf_report(path, "shape", "missing the model's shape fields");
+    L.errors++;
+  } else {
+    parse_shape(&L, m, shape, f ? &fam : NULL);
+  }
+  parse_widths(&L, m, cJSON_GetObjectItemCaseSensitive(root, "widths"));
+  parse_arches(&L, m, cJSON_GetObjectItemCaseSensitive(root, "arches"));
+  parse_dirs(&L, m, cJSON_GetObjectItemCaseSensitive(root, "template_dirs"), "template_dirs",
+             &m->template_dirs);
+  parse_dirs(&L, m, cJSON_GetObjectItemCaseSensitive(root, "include_dirs"), "include_dirs",
+             &m->include_dirs);
+  for (size_t i = 0; i < opt->extra_include_dirs.n; i++)
+    kf_strv_push_owned(&m->include_dirs, kf_path_absolute(opt->extra_include_dirs.v[i]));
+  if (L.errors)
+    goto out; /* kernels need a valid shape and template dirs */
+
+  /* kernels: the family's first, then the description's (replacing by kind) */
+  const cJSON *sources[2] = {fam.root ? cJSON_GetObjectItemCaseSensitive(fam.root, "kernels")
+                                      : NULL,
+                             cJSON_GetObjectItemCaseSensitive(root, "kernels")};
+  const char *files[2] = {fam.path, path};
+  for (int s = 0; s < 2; s++) {
+    const cJSON *ks = sources[s];
+    if (!ks)
+      continue;
+    if (!cJSON_IsArray(ks)) {
+      kf_report(files[s], "kernels", "must be an array of kernels, got %s", kf_json_type_name(ks));
+      L.errors++;
+      continue;
+    }
+    int i = 0;
+    for (const cJSON *e = ks->child; e; e = e->next, i++) {
+      char *p = kf_xasprintf("kernels[%d]", i);
+      kf_kernel_desc k = {0};
+      if (parse_kernel(&L, m, files[s], p, e, &k) == 0) {
+        size_t at = m->nkernels;
+        for (size_t j = 0; j < m->nkernels; j++)
+          if (!strcmp(m->kernels[j].kind, k.kind)) {
+            if (!strcmp(m->kernels[j].source_file, files[s])) {
+              kf_report(files[s], p, "kind \"%s\" is listed twice", k.kind);
+              L.errors++;
+            }
+            kernel_free(&m->kernels[j]);
+            at = j;
+          }
+        if (at == m->nkernels)
+          m->kernels = kf_xrealloc(m->kernels, ++m->nkernels * sizeof *m->kernels);
+        m->kernels[at] = k;
+      } else {
+        kernel_free(&k);
+      }
+      free(p);
+    }
+  }
+  if (!L.errors && m->nkernels == 0) {
+    kf_report(path, "kernels",
+              "the description names no kernels (give \"kernels\" or a \"family\")");
+    L.errors++;
+  }
+  if (m->nkernels > 1)
+    qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
+  /* launch expressions must evaluate for every width */
+  for (size_t i = 0; i < m->nkernels && !L.errors; i++) {
+    const kf_kernel_desc *k = &m->kernels[i];
+    for (size_t w = 0; w < m->nwidths; w++) {
+      const char *exprs[7] = {k->tmpl->grid[0],     k->tmpl->grid[1],  k->tmpl->grid[2],
+                              k->tmpl->block[0],    k->tmpl->block[1], k->tmpl->block[2],
+                              k->tmpl->shared_bytes};
+      for (int e = 0; e < 7; e++) {
+        int64_t v;
+        char err[256];
+        if (kf_template_eval(k, m->widths[w], exprs[e], &v, err, sizeof err) != 0 ||
+            (e < 6 && v < 1) || v < 0 || v > INT32_MAX) {
+          if (err[0] == '\0' || (e < 6 && v < 1) || v < 0 || v > INT32_MAX)
+            snprintf(err, sizeof err, "\"%s\" gives %lld for width %d", exprs[e], (long long)v,
+                     m->widths[w]);
+          kf_report(k->tmpl->path, "launch", "%s (kernel %s of %s)", err, k->kind, path);
+          L.errors++;
+          break;
+        }
+      }
+    }
+  }
+out:
+  if (fam.root)
+    cJSON_Delete(fam.root);
+  free(fam.path);
+  cJSON_Delete(root);
+  /* the schemas stay alive with the model */
+  m->templates = L.templates;
+  m->ntemplates = L.ntemplates;
+  if (L.errors) {
+    kf_model_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+void kf_model_free(kf_model *m) {
+  if (!m)
+    return;
+  for (size_t i = 0; i < m->nkernels; i++)
+    kernel_free(&m->kernels[i]);
+  for (size_t i = 0; i < m->ntemplates; i++)
+    template_free(m->templates[i]);
+  free(m->templates);
+  free(m->kernels);
+  free(m->path);
+  free(m->dir);
+  free(m->name);
+  free(m->family);
+  for (size_t i = 0; i < m->nshape; i++) {
+    free(m->shape[i].name);
+    free(m->shape[i].str);
+  }
+  free(m->shape);
+  kf_strv_free(&m->arches);
+  kf_strv_free(&m->include_dirs);
+  kf_strv_free(&m->template_dirs);
+  free(m);
+}

@@ -1,0 +1,32 @@
+/* plan.h: the instances of a build — one per (model, kernel kind, width,
+ * arch) — and the generated source of each (see docs/contracts.md). */
+#ifndef KF_PLAN_H
+#define KF_PLAN_H
+
+#include "model.h"
+
+typedef struct {
+  const kf_model *model;
+  const kf_kernel_desc *kernel;
+  int width;
+  const char *arch;
+  char *id;         /* <model>/<kind>/w<W>/<arch> */
+  char *symbol;     /* extern "C" entry symbol, unique per id */
+  char *rel_source; /* <model>/<arch>/<kind>_w<W>.cu|.hip, relative to --out */
+  char *source;     /* generated text */
+  size_t source_len;
+  int64_t grid[3], block[3], shared_bytes;
+} kf_instance;
+
+typedef struct {
+  kf_instance *v;
+  size_t n;
+} kf_plan;
+
+/* Appends every instance of m to plan (sorted by id within the model). */
+void kf_plan_add_model(kf_plan *plan, const kf_model *m);
+void kf_plan_free(kf_plan *plan);
+/* The instance with this id, or NULL. */
+kf_instance *kf_plan_find(const kf_plan *plan, const char *id);
+
+#endif /* KF_PLAN_H */

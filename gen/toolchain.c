@@ -1,0 +1,430 @@
+/* toolchain.c: probing nvcc and hipcc. The identity (what enters every key)
+ * is the compiler's own version text, the host compiler's version and the
+ * environment variables the compiler reads; never a path on this machine. */
+#define _GNU_SOURCE
+#include "toolchain.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* Environment variables that change what the compilers do. */
+static const char *const cuda_env[] = {"NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN",
+                                       NULL};
+static const char *const hip_env[] = {"HIPCC_COMPILE_FLAGS_APPEND",
+                                      "HIPCC_LINK_FLAGS_APPEND",
+                                      "HIP_CLANG_PATH",
+                                      "HIP_PLATFORM",
+                                      "HIP_PATH",
+                                      "ROCM_PATH",
+                                      "HIP_DEVICE_LIB_PATH",
+                                      "DEVICE_LIB_PATH",
+                                      "HIP_COMPILER",
+                                      "HIP_RUNTIME",
+                                      "HIPCC_VERBOSE",
+                                      NULL};
+
+static char *find_on_path(const char *name) {
+  const char *path = getenv("PATH");
+  if (!path)
+    return NULL;
+  char *copy = kf_xstrdup(path);
+  char *save = NULL;
+  for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    char *p = kf_path_join(d, name);
+    if (access(p, X_OK) == 0) {
+      free(copy);
+      return p;
+    }
+    free(p);
+  }
+  free(copy);
+  return NULL;
+}
+
+static char *first_line(const char *s) {
+  const char *nl = strchr(s, '\n');
+  return nl ? kf_xstrndup(s, (size_t)(nl - s)) : kf_xstrdup(s);
+}
+
+static char *trim_copy(const char *s) {
+  while (isspace((unsigned char)*s))
+    s++;
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1]))
+    n--;
+  return kf_xstrndup(s, n);
+}
+
+/* The version lines of a compiler's --version output, without banners that
+ * carry build dates only ("Copyright"). */
+static char *version_text(const char *exe, const char *flag) {
+  char *out = NULL;
+  char *argv[] = {(char *)exe, (char *)flag, NULL};
+  int rc = kf_run_capture(argv, &out);
+  if (rc != 0 || !out) {
+    free(out);
+    return NULL;
+  }
+  kf_buf b = {0};
+  char *save = NULL;
+  for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    /* keep what names the version; drop banners, install paths and noise
+     * that helper scripts print on stderr */
+    if (!strstr(line, "version") && !strstr(line, "release") && strncmp(line, "Build", 5) != 0 &&
+        strncmp(line, "Target:", 7) != 0)
+      continue;
+    char *t = trim_copy(line);
+    if (*t)
+      kf_buf_printf(&b, "%s%s", b.len ? "; " : "", t);
+    free(t);
+  }
+  free(out);
+  return kf_buf_take(&b);
+}
+
+static void add_env_identity(kf_toolchain *tc, const char *const *names) {
+  for (const char *const *n = names; *n; n++) {
+    const char *v = getenv(*n);
+    kf_strv_push_owned(&tc->identity,
+                       v ? kf_xasprintf("env.%s=%s", *n, v) : kf_xasprintf("env.%s unset", *n));
+  }
+}
+
+static void probe_cuda(kf_toolchain *tc) {
+  const char *forced = getenv("KFORGE_NVCC");
+  char *exe = forced && *forced ? kf_xstrdup(forced) : find_on_path("nvcc");
+  if (!exe && access("/usr/local/cuda/bin/nvcc", X_OK) == 0)
+    exe = kf_xstrdup("/usr/local/cuda/bin/nvcc");
+  if (!exe) {
+    tc->error = kf_xstrdup("nvcc not found (set KFORGE_NVCC, put nvcc on PATH, or install CUDA "
+                           "at /usr/local/cuda)");
+    return;
+  }
+  tc->compiler = exe;
+  char *ver = version_text(exe, "--version");
+  if (!ver || !strstr(ver, "release")) {
+    tc->error = kf_xasprintf("%s --version did not answer like nvcc", exe);
+    free(ver);
+    return;
+  }
+  kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
+  free(ver);
+  /* the install prefix: nvcc lives in <prefix>/bin */
+  char real[PATH_MAX];
+  if (realpath(exe, real)) {
+    char *bin = kf_path_dirname(real);
+    tc->prefix = kf_path_dirname(bin);
+    free(bin);
+  }
+  /* the host compiler nvcc runs: NVCC_CCBIN, else gcc on PATH */
+  const char *ccbin = getenv("NVCC_CCBIN");
+  char *host = version_text(ccbin && *ccbin ? ccbin : "gcc", "--version");
+  char *host_line = host ? first_line(host) : kf_xstrdup("unknown");
+  kf_strv_push_owned(&tc->identity, kf_xasprintf("host_compiler=%s", host_line));
+  free(host);
+  free(host_line);
+  add_env_identity(tc, cuda_env);
+}
+
+static void probe_hip(kf_toolchain *tc) {
+  const char *forced = getenv("KFORGE_HIPCC");
+  char *exe = forced && *forced ? kf_xstrdup(forced) : find_on_path("hipcc");
+  if (!exe && access("/opt/rocm/bin/hipcc", X_OK) == 0)
+    exe = kf_xstrdup("/opt/rocm/bin/hipcc");
+  if (!exe) {
+    tc->error = kf_xstrdup("hipcc not found (set KFORGE_HIPCC, put hipcc on PATH, or install "
+                           "ROCm: apt-get install hipcc libamdhip64-dev)");
+    return;
+  }
+  tc->compiler = exe;
+  char *ver = version_text(exe, "--version");
+  if (!ver || !*ver) {
+    tc->error = kf_xasprintf("%s --version did not answer", exe);
+    free(ver);
+    return;
+  }
+  kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
+  free(ver);
+  char real[PATH_MAX];
+  if (realpath(exe, real)) {
+    char *bin = kf_path_dirname(real);
+    tc->prefix = kf_path_dirname(bin);
+    free(bin);
+  }
+  add_env_identity(tc, hip_env);
+}
+
+kf_toolchain *kf_toolchain_get(int backend) {
+  static kf_toolchain *cached[2];
+  if (!cached[backend]) {
+    kf_toolchain *tc = kf_xcalloc(1, sizeof *tc);
+    tc->backend = backend;
+    if (backend == KF_BACKEND_CUDA)
+      probe_cuda(tc);
+    else
+      probe_hip(tc);
+    cached[backend] = tc;
+  }
+  return cached[backend];
+}
+
+static const char *cache_get(const kf_strv *c, const char *key) {
+  size_t n = strlen(key);
+  for (size_t i = 0; i < c->n; i++)
+    if (!strncmp(c->v[i], key, n) && c->v[i][n] == '\n')
+      return c->v[i] + n + 1;
+  return NULL;
+}
+
+/* nvcc's target options for an arch name: sm_90a -> compute_90a/sm_90a. */
+static char *cuda_gencode(const char *arch) {
+  return kf_xasprintf("-gencode=arch=compute_%s,code=%s", arch + 3, arch);
+}
+
+const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
+  if (tc->error)
+    return tc->error;
+  const char *hit = cache_get(&tc->arch_cache, arch);
+  if (hit)
+    return *hit ? hit : NULL;
+  char *reason = NULL;
+  char *out = NULL;
+  if (tc->backend == KF_BACKEND_CUDA) {
+    /* nvcc lists the real architectures it can build for */
+    char *argv[] = {tc->compiler, "--list-gpu-code", NULL};
+    int rc = kf_run_capture(argv, &out);
+    /* it lists sm_90, not the arch-specific sm_90a / family sm_100f forms */
+    char *want = kf_xstrdup(arch);
+    size_t wl = strlen(want);
+    if (wl && (want[wl - 1] == 'a' || want[wl - 1] == 'f'))
+      want[wl - 1] = '\0';
+    if (rc == 0 && out) {
+      int found = 0;
+      char *save = NULL;
+      for (char *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        char *t = trim_copy(l);
+        found |= !strcmp(t, want);
+        free(t);
+      }
+      if (!found)
+        reason = kf_xasprintf("%s (%s) cannot build for %s: it is not in `nvcc --list-gpu-code`; "
+                              "a newer CUDA toolkit is needed",
+                              tc->compiler, tc->identity.n ? tc->identity.v[0] + 9 : "nvcc", arch);
+    }
+    free(want);
+  } else {
+    /* hipcc's clang: ask it to compile nothing for the target */
+    char *target = kf_xasprintf("--offload-arch=%s", arch);
+    char *argv[] = {tc->compiler, "-x",        "hip", "--cuda-device-only", "-nogpulib", "-E",
+                    target,       "/dev/null", "-o",  "/dev/null",          NULL};
+    int rc = kf_run_capture(argv, &out);
+    if (rc != 0) {
+      char *line = out ? first_line(out) : kf_xstrdup("");
+      reason = kf_xasprintf("hipcc (%.80s) cannot build for %s: a newer ROCm toolchain is "
+                            "needed (%s)",
+                            tc->identity.n ? tc->identity.v[0] + 9 : "?", arch, line);
+      free(line);
+    }
+    free(target);
+  }
+  free(out);
+  kf_strv_push_owned(&tc->arch_cache, kf_xasprintf("%s\n%s", arch, reason ? reason : ""));
+  free(reason);
+  const char *r = cache_get(&tc->arch_cache, arch);
+  return r && *r ? r : NULL;
+}
+
+void kf_toolchain_compile_args(const kf_toolchain *tc, const char *arch,
+                               const kf_strv *include_dirs, kf_strv *out) {
+  kf_strv_push(out, "-std=c++17");
+  kf_strv_push(out, "-O3");
+  if (tc->backend == KF_BACKEND_CUDA) {
+    kf_strv_push_owned(out, cuda_gencode(arch));
+    kf_strv_push(out, "-cubin");
+    kf_strv_push(out, "--ptxas-options=-v");
+  } else {
+    kf_strv_push_owned(out, kf_xasprintf("--offload-arch=%s", arch));
+    kf_strv_push(out, "--genco");
+    kf_strv_push(out, "-Rpass-analysis=kernel-resource-usage");
+  }
+  for (size_t i = 0; i < include_dirs->n; i++)
+    kf_strv_push_owned(out, kf_xasprintf("-I%s", include_dirs->v[i]));
+}
+
+/* Splits a command line as nvcc prints it (double quotes group). */
+static void split_command(const char *s, kf_strv *out) {
+  while (*s) {
+    while (isspace((unsigned char)*s))
+      s++;
+    if (!*s)
+      break;
+    kf_buf w = {0};
+    while (*s && !isspace((unsigned char)*s)) {
+      if (*s == '"') {
+        s++;
+        while (*s && *s != '"') {
+          if (*s == '\\' && s[1])
+            s++;
+          kf_buf_add(&w, s++, 1);
+        }
+        if (*s == '"')
+          s++;
+      } else {
+        kf_buf_add(&w, s++, 1);
+      }
+    }
+    kf_strv_push_owned(out, kf_buf_take(&w));
+  }
+}
+
+/* Keeps the preprocessing-relevant options of a compiler command line. */
+static void keep_preprocessor_flags(const kf_strv *words, size_t start, kf_strv *flags) {
+  static const char *const with_arg[] = {"-D",       "-U",         "-I", "-isystem", "-iquote",
+                                         "-include", "-idirafter", "-x", NULL};
+  for (size_t i = start; i < words->n; i++) {
+    const char *w = words->v[i];
+    int took = 0;
+    for (const char *const *f = with_arg; *f; f++) {
+      if (!strcmp(w, *f) && i + 1 < words->n) {
+        kf_strv_push(flags, w);
+        kf_strv_push(flags, words->v[++i]);
+        took = 1;
+        break;
+      }
+      size_t n = strlen(*f);
+      if (!strncmp(w, *f, n) && w[n] && n == 2) {
+        kf_strv_push(flags, w);
+        took = 1;
+        break;
+      }
+    }
+    if (took)
+      continue;
+    if (!strncmp(w, "-std=", 5) || !strncmp(w, "-O", 2) || !strcmp(w, "-m64") ||
+        !strncmp(w, "-f", 2) || !strncmp(w, "--cuda-", 7) || !strncmp(w, "--offload-arch=", 15) ||
+        !strcmp(w, "-nogpulib") || !strncmp(w, "--rocm-path=", 12) || !strncmp(w, "--hip-", 6))
+      kf_strv_push(flags, w);
+    else if (!strcmp(w, "-o"))
+      i++;
+  }
+}
+
+int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv *compile_args,
+                              kf_strv *flags, char **err) {
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, arch, strlen(arch) + 1);
+  for (size_t i = 0; i < compile_args->n; i++)
+    XXH3_64bits_update(st, compile_args->v[i], strlen(compile_args->v[i]) + 1);
+  char key[17];
+  kf_hex64(XXH3_64bits_digest(st), key);
+  XXH3_freeState(st);
+  const char *hit = cache_get(&tc->pass_cache, key);
+  if (hit) {
+    split_command(hit, flags);
+    return 0;
+  }
+  kf_strv argv = {0};
+  kf_strv_push(&argv, tc->compiler);
+  if (tc->backend == KF_BACKEND_CUDA)
+    kf_strv_push(&argv, "--dryrun");
+  else
+    kf_strv_push(&argv, "-###");
+  for (size_t i = 0; i < compile_args->n; i++)
+    kf_strv_push(&argv, compile_args->v[i]);
+  kf_strv_push(&argv, "-o");
+  kf_strv_push(&argv, "/dev/null");
+  kf_strv_push(&argv, tc->backend == KF_BACKEND_CUDA ? "kforge_probe.cu" : "kforge_probe.hip");
+  kf_strv_push_owned(&argv, NULL);
+  char *out = NULL;
+  int rc = kf_run_capture(argv.v, &out);
+  argv.n--; /* the NULL terminator */
+  kf_strv_free(&argv);
+  kf_strv words = {0};
+  int found = 0;
+  if (out) {
+    char *save = NULL;
+    for (char *line = strtok_r(out, "\n", &save); line && !found;
+         line = strtok_r(NULL, "\n", &save)) {
+      if (tc->backend == KF_BACKEND_CUDA) {
+        /* nvcc: "#$ gcc -D__CUDA_ARCH__=900 … -E -x c++ … probe.cu -o …" */
+        if (strncmp(line, "#$ ", 3) != 0 || !strstr(line, " -E ") ||
+            !strstr(line, "-D__CUDA_ARCH__="))
+          continue;
+        split_command(line + 3, &words);
+        found = 1;
+      } else {
+        /* clang -###: the cc1 line of the device pass */
+        if (!strstr(line, "\"-cc1\"") || !strstr(line, "amdgcn-amd-amdhsa\"") ||
+            !strstr(line, "\"-fcuda-is-device\""))
+          continue;
+        split_command(line, &words);
+        found = 1;
+      }
+    }
+  }
+  free(out);
+  if (!found) {
+    *err = kf_xasprintf("could not find the device pass in `%s %s` (exit %d)", tc->compiler,
+                        tc->backend == KF_BACKEND_CUDA ? "--dryrun" : "-###", rc);
+    kf_strv_free(&words);
+    return -1;
+  }
+  kf_strv kept = {0};
+  if (tc->backend == KF_BACKEND_CUDA) {
+    keep_preprocessor_flags(&words, 1, &kept);
+  } else {
+    /* cc1 spells target macros itself; replay as a HIP device-only parse */
+    kf_strv_push(&kept, "-x");
+    kf_strv_push(&kept, "hip");
+    kf_strv_push_owned(&kept, kf_xasprintf("--offload-arch=%s", arch));
+    kf_strv_push(&kept, "--cuda-device-only");
+    kf_strv_push(&kept, "-nogpulib");
+    for (size_t i = 1; i < words.n; i++) {
+      const char *w = words.v[i];
+      if ((!strcmp(w, "-D") || !strcmp(w, "-U") || !strcmp(w, "-I") ||
+           !strcmp(w, "-internal-isystem") || !strcmp(w, "-include") ||
+           !strcmp(w, "-internal-externc-isystem")) &&
+          i + 1 < words.n) {
+        const char *opt = !strncmp(w, "-internal", 9) ? "-isystem" : w;
+        kf_strv_push(&kept, opt);
+        kf_strv_push(&kept, words.v[++i]);
+      } else if (!strncmp(w, "-D", 2) || !strncmp(w, "-I", 2) || !strncmp(w, "-std=", 5)) {
+        kf_strv_push(&kept, w);
+      }
+    }
+  }
+  kf_strv_free(&words);
+  kf_buf joined = {0};
+  for (size_t i = 0; i < kept.n; i++) {
+    kf_buf_puts(&joined, i ? " \"" : "\"");
+    for (const char *p = kept.v[i]; *p; p++) {
+      if (*p == '"' || *p == '\\')
+        kf_buf_add(&joined, "\\", 1);
+      kf_buf_add(&joined, p, 1);
+    }
+    kf_buf_puts(&joined, "\"");
+    kf_strv_push(flags, kept.v[i]);
+  }
+  kf_strv_push_owned(&tc->pass_cache, kf_xasprintf("%s\n%s", key, joined.data ? joined.data : ""));
+  kf_buf_free(&joined);
+  kf_strv_free(&kept);
+  return 0;
+}
+
+int kf_toolchain_covers(const kf_toolchain *tc, const char *abs_path) {
+  static const char *const system_dirs[] = {"/usr/include",   "/usr/lib/gcc",
+                                            "/usr/lib/llvm-", "/usr/local/include",
+                                            "/usr/lib/clang", NULL};
+  if (tc->prefix && kf_path_under(abs_path, tc->prefix))
+    return 1;
+  for (const char *const *d = system_dirs; *d; d++)
+    if (!strncmp(abs_path, *d, strlen(*d)))
+      return 1;
+  return 0;
+}
