@@ -27,7 +27,7 @@ int kf_cmd_keys(int argc, char **argv) {
     for (size_t i = 0; i < s.plan.n; i++) {
       kf_unit *u = &s.units[i];
       if (kf_session_key(&s, u) != 0) {
-        fprintf(stderr, "kforge: error: %s: %s\n", u->in->id, u->error);
+        kf_session_report(&s, u);
         rc = 1;
         continue;
       }

@@ -128,6 +128,7 @@ struct kf_digest {
   int write_deps;
   CXIndex index;
   kf_strv absent_ok; /* paths already seen absent in this run */
+  struct shared_closure *shared; /* closures parsed in this run */
 };
 
 kf_digest *kf_digest_new(const char *deps_dir, int write_deps) {
@@ -135,16 +136,6 @@ kf_digest *kf_digest_new(const char *deps_dir, int write_deps) {
   d->deps_dir = deps_dir ? kf_xstrdup(deps_dir) : NULL;
   d->write_deps = write_deps;
   return d;
-}
-
-void kf_digest_free(kf_digest *d) {
-  if (!d)
-    return;
-  if (d->index)
-    clang_disposeIndex(d->index);
-  free(d->deps_dir);
-  kf_strv_free(&d->absent_ok);
-  free(d);
 }
 
 static CXIndex get_index(kf_digest *d) {
@@ -466,6 +457,82 @@ static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   return 0;
 }
 
+/* Sources that differ only outside preprocessor directives (kf_params
+ * values, the entry's name and arguments) have the same include closure: the
+ * generated source defines no macros, so nothing but its directive lines,
+ * the compile arguments and its directory can change what it includes. One
+ * parse per such class serves every width and model that shares it. */
+struct shared_closure {
+  uint64_t sig;
+  closure c;
+  struct shared_closure *next;
+};
+
+static uint64_t closure_signature(const kf_instance *in, const kf_compile_setup *cs) {
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  char *dir = kf_path_dirname(cs->source_path);
+  XXH3_64bits_update(st, dir, strlen(dir) + 1);
+  free(dir);
+  XXH3_64bits_update(st, in->arch, strlen(in->arch) + 1);
+  for (size_t i = 0; i < cs->compile_args.n; i++)
+    XXH3_64bits_update(st, cs->compile_args.v[i], strlen(cs->compile_args.v[i]) + 1);
+  /* every line whose first non-blank character is '#' */
+  const char *p = in->source;
+  while (*p) {
+    const char *eol = strchr(p, '\n');
+    size_t n = eol ? (size_t)(eol - p) : strlen(p);
+    const char *q = p;
+    while (q < p + n && (*q == ' ' || *q == '\t'))
+      q++;
+    if (q < p + n && *q == '#')
+      XXH3_64bits_update(st, p, n + 1);
+    p += n + (eol ? 1 : 0);
+  }
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+static void closure_copy(closure *dst, const closure *src) {
+  memset(dst, 0, sizeof *dst);
+  dst->files = kf_xcalloc(src->nfiles ? src->nfiles : 1, sizeof *dst->files);
+  for (size_t i = 0; i < src->nfiles; i++) {
+    dst->files[i] = src->files[i];
+    dst->files[i].path = kf_xstrdup(src->files[i].path);
+    dst->files[i].name = kf_xstrdup(src->files[i].name);
+  }
+  dst->nfiles = src->nfiles;
+  for (size_t i = 0; i < src->absent.n; i++)
+    kf_strv_push(&dst->absent, src->absent.v[i]);
+  memcpy(dst->source_tokens, src->source_tokens, 33);
+}
+
+/* The closure of an instance: shared within the run, else parsed. */
+static int closure_for(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
+                       const kf_compile_setup *cs, closure *c, int *parsed, char **err) {
+  uint64_t sig = closure_signature(in, cs);
+  for (struct shared_closure *s = d->shared; s; s = s->next) {
+    if (s->sig != sig)
+      continue;
+    closure_copy(c, &s->c);
+    if (hash_file_alone(d, cs->source_path, in->source, in->source_len, c->source_tokens) != 0) {
+      *err = kf_xasprintf("libclang could not tokenise %s", in->rel_source);
+      return -1;
+    }
+    return 0;
+  }
+  if (parse_closure(d, in, tc, cs, c, err) != 0)
+    return -1;
+  *parsed = 1;
+  struct shared_closure *s = kf_xcalloc(1, sizeof *s);
+  s->sig = sig;
+  closure_copy(&s->c, c);
+  s->next = d->shared;
+  d->shared = s;
+  return 0;
+}
+
 /* ---- dependency records ---- */
 
 static char *deps_path(const kf_digest *d, const kf_compile_setup *cs, const char *arch) {
@@ -598,13 +665,14 @@ int kf_digest_instance(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   char *dpath = d->deps_dir ? deps_path(d, cs, in->arch) : NULL;
   int dirty = 0;
   if (!dpath || !deps_load(d, dpath, source_raw, &c, &dirty)) {
-    if (parse_closure(d, in, tc, cs, &c, err) != 0) {
+    int parsed = 0;
+    if (closure_for(d, in, tc, cs, &c, &parsed, err) != 0) {
       free(dpath);
       closure_free(&c);
       return -1;
     }
     if (reparsed)
-      *reparsed = 1;
+      *reparsed = parsed;
     dirty = 1;
   }
   if (dpath && dirty && d->write_deps)
@@ -642,4 +710,20 @@ int kf_digest_instance(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   kf_records_key(out, key);
   closure_free(&c);
   return 0;
+}
+
+void kf_digest_free(kf_digest *d) {
+  if (!d)
+    return;
+  if (d->index)
+    clang_disposeIndex(d->index);
+  free(d->deps_dir);
+  kf_strv_free(&d->absent_ok);
+  while (d->shared) {
+    struct shared_closure *next = d->shared->next;
+    closure_free(&d->shared->c);
+    free(d->shared);
+    d->shared = next;
+  }
+  free(d);
 }

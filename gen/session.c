@@ -191,6 +191,16 @@ int kf_session_load(kf_session *s, kf_cli *cli, int write_deps) {
   return 0;
 }
 
+void kf_session_report(kf_session *s, const kf_unit *u) {
+  /* a toolchain that cannot build an arch fails every kernel of it alike:
+   * say so once per reason */
+  for (size_t i = 0; i < s->reported.n; i++)
+    if (!strcmp(s->reported.v[i], u->error))
+      return;
+  kf_strv_push(&s->reported, u->error);
+  fprintf(stderr, "kforge: error: %s: %s\n", u->in->id, u->error);
+}
+
 int kf_session_key(kf_session *s, kf_unit *u) {
   if (u->keyed)
     return 0;
@@ -225,6 +235,7 @@ void kf_session_free(kf_session *s) {
   free(s->models);
   kf_digest_free(s->digest);
   kf_cache_free(&s->cache);
+  kf_strv_free(&s->reported);
 }
 
 /* ---- compiling ---- */
@@ -535,7 +546,7 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
     }
     free(dir);
     if (kf_session_key(s, u) != 0) {
-      fprintf(stderr, "kforge: error: %s: %s\n", u->in->id, u->error);
+      kf_session_report(s, u);
       u->state = KF_UNIT_FAILED;
       continue;
     }

@@ -49,12 +49,15 @@ typedef struct {
   kf_unit *units; /* one per plan instance */
   kf_cache cache;
   kf_digest *digest;
-  int reparsed; /* how many sources libclang parsed */
+  int reparsed;     /* how many sources libclang parsed */
+  kf_strv reported; /* error texts already printed */
 } kf_session;
 
 /* Loads every description and plans them. Returns 0, or 2 after reporting
  * bad input (nothing has been written). */
 int kf_session_load(kf_session *s, kf_cli *cli, int write_deps);
+/* Prints a unit's error on stderr, once per distinct text. */
+void kf_session_report(kf_session *s, const kf_unit *u);
 /* Computes one unit's key. Returns 0 or -1 (unit->error says why). */
 int kf_session_key(kf_session *s, kf_unit *u);
 /* Emits, keys, compiles and publishes. Returns 0, 1 (a compile failed) or

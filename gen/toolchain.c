@@ -113,6 +113,9 @@ static void probe_cuda(kf_toolchain *tc) {
     return;
   }
   kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
+  const char *rel = strstr(ver, "release ");
+  tc->short_name = rel ? kf_xasprintf("CUDA %.*s", (int)strcspn(rel + 8, ","), rel + 8)
+                       : kf_xstrdup("nvcc");
   free(ver);
   /* the install prefix: nvcc lives in <prefix>/bin */
   char real[PATH_MAX];
@@ -149,6 +152,11 @@ static void probe_hip(kf_toolchain *tc) {
     return;
   }
   kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
+  const char *hv = strstr(ver, "HIP version: ");
+  const char *cv = strstr(ver, "clang version ");
+  tc->short_name = kf_xasprintf("HIP %.*s, clang %.*s", hv ? (int)strcspn(hv + 13, "; ") : 1,
+                                hv ? hv + 13 : "?", cv ? (int)strcspn(cv + 14, "; ") : 1,
+                                cv ? cv + 14 : "?");
   free(ver);
   char real[PATH_MAX];
   if (realpath(exe, real)) {
@@ -214,7 +222,7 @@ const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
       if (!found)
         reason = kf_xasprintf("%s (%s) cannot build for %s: it is not in `nvcc --list-gpu-code`; "
                               "a newer CUDA toolkit is needed",
-                              tc->compiler, tc->identity.n ? tc->identity.v[0] + 9 : "nvcc", arch);
+                              tc->compiler, tc->short_name, arch);
     }
     free(want);
   } else {
@@ -224,10 +232,11 @@ const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
                     target,       "/dev/null", "-o",  "/dev/null",          NULL};
     int rc = kf_run_capture(argv, &out);
     if (rc != 0) {
-      char *line = out ? first_line(out) : kf_xstrdup("");
-      reason = kf_xasprintf("hipcc (%.80s) cannot build for %s: a newer ROCm toolchain is "
-                            "needed (%s)",
-                            tc->identity.n ? tc->identity.v[0] + 9 : "?", arch, line);
+      /* clang's own words, e.g. "invalid target ID 'gfx950'" */
+      const char *e = out ? strstr(out, "error: ") : NULL;
+      char *line = e ? kf_xstrndup(e + 7, strcspn(e + 7, ";\n")) : kf_xstrdup("no reason given");
+      reason = kf_xasprintf("%s (%s) cannot build for %s: a newer ROCm toolchain is needed (%s)",
+                            tc->compiler, tc->short_name, arch, line);
       free(line);
     }
     free(target);
@@ -339,12 +348,24 @@ int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv 
     kf_strv_push(&argv, compile_args->v[i]);
   kf_strv_push(&argv, "-o");
   kf_strv_push(&argv, "/dev/null");
-  kf_strv_push(&argv, tc->backend == KF_BACKEND_CUDA ? "kforge_probe.cu" : "kforge_probe.hip");
+  /* hipcc's driver wants the input to exist; an empty one will do */
+  char probe[] = "/tmp/kforge-probe-XXXXXX.hip";
+  int pfd = mkstemps(probe, 4);
+  if (pfd >= 0)
+    close(pfd);
+  if (tc->backend == KF_BACKEND_CUDA)
+    probe[strlen(probe) - 3] = 'c', probe[strlen(probe) - 2] = 'u', probe[strlen(probe) - 1] = '\0';
+  kf_strv_push(&argv, probe);
   kf_strv_push_owned(&argv, NULL);
   char *out = NULL;
   int rc = kf_run_capture(argv.v, &out);
   argv.n--; /* the NULL terminator */
   kf_strv_free(&argv);
+  if (pfd >= 0) {
+    char made[] = "/tmp/kforge-probe-XXXXXX.hip";
+    memcpy(made, probe, strlen(made) - 4);
+    unlink(made);
+  }
   kf_strv words = {0};
   int found = 0;
   if (out) {

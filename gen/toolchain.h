@@ -15,6 +15,7 @@ typedef struct {
   char *prefix;        /* install prefix; files under it are covered by the identity */
   kf_strv identity;    /* "field=value" lines: version, host compiler, environment */
   char *error;         /* why the toolchain cannot be used, or NULL */
+  char *short_name;    /* "CUDA 13.0" / "HIP 5.2.21153-0, clang 15.0.6", for messages */
   char *max_arch_note; /* for HIP: which gfx targets this clang knows */
   kf_strv arch_cache;  /* "arch=ok" / "arch=reason" */
   kf_strv pass_cache;  /* "args-hash\n<flags>" cached device-pass flag lists */
