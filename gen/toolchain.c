@@ -90,8 +90,10 @@ static char *version_text(const char *exe, const char *flag) {
 static void add_env_identity(kf_toolchain *tc, const char *const *names) {
   for (const char *const *n = names; *n; n++) {
     const char *v = getenv(*n);
+    /* "=value" when set, so that a variable set to "unset" differs from one
+     * that is not set */
     kf_strv_push_owned(&tc->identity,
-                       v ? kf_xasprintf("env.%s=%s", *n, v) : kf_xasprintf("env.%s unset", *n));
+                       v ? kf_xasprintf("env.%s==%s", *n, v) : kf_xasprintf("env.%s unset", *n));
   }
 }
 
