@@ -1001,13 +1001,15 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
                               k->tmpl->block[0],    k->tmpl->block[1], k->tmpl->block[2],
                               k->tmpl->shared_bytes};
       for (int e = 0; e < 7; e++) {
-        int64_t v;
-        char err[256];
-        if (kf_template_eval(k, m->widths[w], exprs[e], &v, err, sizeof err) != 0 ||
-            (e < 6 && v < 1) || v < 0 || v > INT32_MAX) {
-          if (err[0] == '\0' || (e < 6 && v < 1) || v < 0 || v > INT32_MAX)
-            snprintf(err, sizeof err, "\"%s\" gives %lld for width %d", exprs[e], (long long)v,
-                     m->widths[w]);
+        int64_t v = 0;
+        char err[256] = "";
+        int bad = kf_template_eval(k, m->widths[w], exprs[e], &v, err, sizeof err) != 0;
+        if (!bad && ((e < 6 && v < 1) || v < 0 || v > INT32_MAX)) {
+          snprintf(err, sizeof err, "\"%s\" gives %lld for width %d", exprs[e], (long long)v,
+                   m->widths[w]);
+          bad = 1;
+        }
+        if (bad) {
           kf_report(k->tmpl->path, "launch", "%s (kernel %s of %s)", err, k->kind, path);
           L.errors++;
           break;
