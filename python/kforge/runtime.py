@@ -1,0 +1,302 @@
+"""Runtime and Kernel: the Python face of libkforge_rt.
+
+A Kernel is called with every manifest parameter except the trailing
+`int rows`, which the binding appends (the rows given to Runtime.kernel).
+Arguments are checked against the manifest's parameter list before anything
+reaches the driver; the C library checks count and sizes again."""
+import ctypes
+import enum
+import operator
+import sys
+
+from . import _lib
+
+lib = _lib.lib
+
+
+class Status(enum.IntEnum):
+    """kf_status of runtime.h."""
+    OK = 0
+    INVALID_ARGUMENT = 1
+    NO_MEMORY = 2
+    NO_DRIVER = 3
+    DRIVER = 4
+    NO_DEVICE = 5
+    NO_MANIFEST = 6
+    BAD_MANIFEST = 7
+    FORMAT = 8
+    IO = 9
+    CHECKSUM = 10
+    SYMBOL = 11
+    NO_KIND = 12
+    NO_WIDTH = 13
+    ARGS = 14
+    BAD_META = 15
+
+
+class Error(Exception):
+    """A runtime failure: .status (a Status) and .reason (its one line)."""
+
+    def __init__(self, status, reason):
+        try:
+            status = Status(status)
+        except ValueError:
+            pass
+        self.status = status
+        self.reason = reason
+        super().__init__(reason)
+
+
+class NoKernelError(Error):
+    """rows exceed the largest width of the kind: use the fallback path."""
+
+
+def _error(status, reason):
+    if isinstance(reason, bytes):
+        reason = reason.decode("utf-8", "replace")
+    if not reason:
+        reason = lib.kf_strerror(status).decode()
+    cls = NoKernelError if status == Status.NO_WIDTH else Error
+    return cls(status, reason)
+
+
+def _last_error(status):
+    return _error(status, lib.kf_last_error())
+
+
+_BACKENDS = {None: 0, "auto": 0, "cuda": 1, "hip": 2}
+_BACKEND_NAMES = {0: "auto", 1: "cuda", 2: "hip"}
+_DTYPES = {  # pointee of a pointer parameter -> torch dtype name
+    "kf_bf16": "torch.bfloat16",
+    "float": "torch.float32",
+    "int": "torch.int32",
+}
+
+
+class Runtime:
+    """One opened (cache, model, device). Raises Error with the runtime's
+    reason when it cannot serve: no manifest for the device's arch, a
+    damaged object, a missing symbol, a newer manifest format."""
+
+    def __init__(self, cache, model, device=0, backend=None, lazy=False,
+                 driver_path=None):
+        if backend not in _BACKENDS:
+            raise Error(Status.INVALID_ARGUMENT,
+                        f"backend must be None, 'auto', 'cuda' or 'hip', got {backend!r}")
+        self._h = None
+        self._kernels = {}
+        opts = _lib.RuntimeOptions(
+            cache_dir=str(cache).encode(), model=str(model).encode(),
+            device=int(device), backend=_BACKENDS[backend], lazy=1 if lazy else 0,
+            driver_path=driver_path.encode() if driver_path else None)
+        h = ctypes.c_void_p()
+        st = lib.kf_runtime_open(ctypes.byref(opts), ctypes.byref(h))
+        if st != 0:
+            raise _last_error(st)
+        self._h = h.value
+        self.device = int(device)
+        self.lazy = bool(lazy)
+        self.arch = lib.kf_runtime_arch(self._h).decode()
+        self.device_arch = lib.kf_runtime_device_arch(self._h).decode()
+        self.model = lib.kf_runtime_model(self._h).decode()
+        self.backend = _BACKEND_NAMES[lib.kf_runtime_backend(self._h)]
+
+    def _handle(self):
+        if self._h is None:
+            raise Error(Status.INVALID_ARGUMENT, "the runtime is closed")
+        return self._h
+
+    def kernels(self):
+        """Every kernel id of the manifest, in manifest order."""
+        h = self._handle()
+        out = []
+        for i in range(lib.kf_runtime_kernel_count(h)):
+            k = ctypes.c_void_p()
+            st = lib.kf_runtime_kernel(h, i, ctypes.byref(k))
+            if st != 0:
+                raise _last_error(st)
+            out.append(lib.kf_kernel_id(k).decode())
+        return out
+
+    def kernel(self, kind, rows):
+        """The kernel of `kind` for `rows` rows (smallest width >= rows).
+        NoKernelError when rows exceed the largest width."""
+        rows = operator.index(rows)
+        key = (kind, rows)
+        k = self._kernels.get(key)
+        if k is None:
+            h = ctypes.c_void_p()
+            st = lib.kf_kernel_find(self._handle(), str(kind).encode(), rows,
+                                    ctypes.byref(h))
+            if st != 0:
+                raise _last_error(st)
+            k = self._kernels[key] = Kernel(self, h.value, rows)
+        return k
+
+    def close(self):
+        """Unloads everything; kernels of this runtime must not be used after."""
+        if self._h is not None:
+            self._kernels.clear()
+            lib.kf_runtime_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return (f"kforge.Runtime(model={self.model!r}, arch={self.arch!r}, "
+                f"device={self.device}, backend={self.backend!r})")
+
+
+class Kernel:
+    """A callable kernel: k(*args, stream=None) launches with the manifest's
+    grid, block and shared memory, args being every parameter but the
+    trailing rows. Pointers take torch tensors (checked for dtype, device and
+    contiguity), objects with __cuda_array_interface__, or ints."""
+
+    def __init__(self, runtime, handle, rows):
+        self._rt = runtime
+        self._h = handle
+        self.rows = rows
+        self.id = lib.kf_kernel_id(handle).decode()
+        self.kind = lib.kf_kernel_kind(handle).decode()
+        self.symbol = lib.kf_kernel_symbol(handle).decode()
+        self.width = lib.kf_kernel_width(handle)
+        params, sizes = [], []
+        for i in range(lib.kf_kernel_param_count(handle)):
+            name, typ, size = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_size_t()
+            st = lib.kf_kernel_param(handle, i, ctypes.byref(name), ctypes.byref(typ),
+                                     ctypes.byref(size))
+            if st != 0:
+                raise _last_error(st)
+            params.append((name.value.decode(), typ.value.decode()))
+            sizes.append(size.value)
+        self.params = params
+        self._sizes = sizes
+        self._appends_rows = bool(params) and params[-1] == ("rows", "int")
+        self._call_params = params[:-1] if self._appends_rows else params
+        self._resources = None
+
+    @property
+    def resources(self):
+        """registers, spill_stores, spill_loads, stack_bytes, shared_bytes
+        from the kernel's meta.json."""
+        if self._resources is None:
+            r = _lib.Resources()
+            st = lib.kf_kernel_resources(self._h, ctypes.byref(r))
+            if st != 0:
+                raise _last_error(st)
+            self._resources = {f: getattr(r, f) for f, _ in _lib.Resources._fields_}
+        return dict(self._resources)
+
+    @property
+    def launch_config(self):
+        grid, block = (ctypes.c_uint * 3)(), (ctypes.c_uint * 3)()
+        shared = ctypes.c_uint()
+        lib.kf_kernel_launch_config(self._h, ctypes.byref(grid), ctypes.byref(block),
+                                    ctypes.byref(shared))
+        return {"grid": list(grid), "block": list(block), "shared_bytes": shared.value}
+
+    def _bad(self, i, msg):
+        name, typ = self.params[i]
+        return Error(Status.ARGS, f"kernel {self.id}: argument {i} ({typ} {name}) {msg}; "
+                                  f"not launched")
+
+    def _pointer(self, i, typ, value):
+        if hasattr(value, "data_ptr"):  # a torch tensor
+            pointee = typ.replace("const ", "").rstrip("*").strip()
+            want = _DTYPES.get(pointee)
+            if want and str(getattr(value, "dtype", "")) != want:
+                raise self._bad(i, f"is a tensor of {value.dtype}, expected {want}")
+            if not getattr(value, "is_cuda", False):
+                raise self._bad(i, f"is a tensor on {getattr(value, 'device', '?')}, "
+                                   f"not on the GPU")
+            index = getattr(getattr(value, "device", None), "index", None)
+            if index is not None and index != self._rt.device:
+                raise self._bad(i, f"is on device {index}, the runtime's is {self._rt.device}")
+            if hasattr(value, "is_contiguous") and not value.is_contiguous():
+                raise self._bad(i, "is not contiguous")
+            return value.data_ptr()
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if cai is not None:
+            return cai["data"][0]
+        if isinstance(value, bool) or not isinstance(value, int):
+            try:
+                value = operator.index(value)
+            except TypeError:
+                raise self._bad(i, f"is {type(value).__name__}, expected a tensor or an "
+                                   f"int address") from None
+        if value <= 0 or value >= 1 << 64:
+            raise self._bad(i, f"is address {value}, expected a device pointer")
+        return value
+
+    def _convert(self, i, typ, value):
+        if typ.endswith("*"):
+            return ctypes.c_void_p(self._pointer(i, typ, value))
+        if typ == "float":
+            if isinstance(value, (bool, str, bytes)):
+                raise self._bad(i, f"is {type(value).__name__}, expected a float")
+            try:
+                return ctypes.c_float(float(value))
+            except (TypeError, ValueError):
+                raise self._bad(i, f"is {type(value).__name__}, expected a float") from None
+        try:
+            if isinstance(value, (bool, float)):
+                raise TypeError
+            value = operator.index(value)
+        except TypeError:
+            raise self._bad(i, f"is {type(value).__name__}, expected an int") from None
+        bits = 32 if typ == "int" else 64
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            raise self._bad(i, f"is {value}, out of range for {typ}")
+        return ctypes.c_int32(value) if bits == 32 else ctypes.c_int64(value)
+
+    def _stream(self, stream):
+        if stream is None:
+            torch = sys.modules.get("torch")
+            if torch is not None and self._rt.backend in ("cuda", "hip"):
+                try:
+                    return torch.cuda.current_stream(self._rt.device).cuda_stream
+                except Exception:  # torch without a GPU build: default stream
+                    return 0
+            return 0
+        if isinstance(stream, int):
+            return stream
+        for attr in ("cuda_stream", "ptr", "handle"):
+            if hasattr(stream, attr):
+                return int(getattr(stream, attr))
+        raise Error(Status.INVALID_ARGUMENT,
+                    f"kernel {self.id}: stream must be an int, a torch stream or None, "
+                    f"got {type(stream).__name__}")
+
+    def __call__(self, *args, stream=None):
+        n = len(self._call_params)
+        if len(args) != n:
+            names = ", ".join(f"{t} {p}" for p, t in self._call_params)
+            tail = " (rows is appended)" if self._appends_rows else ""
+            raise Error(Status.ARGS, f"kernel {self.id}: takes {n} arguments ({names}){tail}, "
+                                     f"got {len(args)}; not launched")
+        values = [self._convert(i, t, v) for i, ((_, t), v) in
+                  enumerate(zip(self._call_params, args))]
+        if self._appends_rows:
+            values.append(ctypes.c_int32(self.rows))
+        argv = (_lib.Arg * max(len(values), 1))()
+        for i, v in enumerate(values):
+            argv[i].value = ctypes.addressof(v)
+            argv[i].size = ctypes.sizeof(v)
+        st = lib.kf_kernel_launch(self._h, ctypes.c_void_p(self._stream(stream)), argv,
+                                  len(values))
+        if st != 0:
+            raise _last_error(st)
+
+    def __repr__(self):
+        return f"kforge.Kernel({self.id!r}, rows={self.rows})"

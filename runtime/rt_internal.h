@@ -1,0 +1,215 @@
+/* Private declarations shared by the runtime's source files.
+ *
+ * The runtime is split by job: rt_error.c (reasons, the driver check),
+ * rt_file.c (read-only file access), rt_arch.c (arch names and which
+ * manifest a device can run), rt_manifest.c (manifest parsing), rt_meta.c
+ * (meta.json), rt_cuda.c and rt_hip.c (the two driver backends behind
+ * rt_driver), rt_runtime.c (open/close) and rt_kernel.c (find, load, launch,
+ * introspection). Names shared between files carry the rt_ prefix; nothing
+ * here is exported from the shared library. */
+#ifndef KFORGE_RT_INTERNAL_H
+#define KFORGE_RT_INTERNAL_H
+
+#include "kforge/runtime.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#define RT_REASON_MAX 1024 /* one reason line, truncated past this */
+#define RT_ARCH_MAX 64     /* "gfx942:sramecc+:xnack-" fits easily */
+#define RT_MAX_PARAMS 64   /* a manifest listing more is refused */
+
+#if defined(__GNUC__)
+#define RT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define RT_PRINTF(f, a)
+#endif
+
+/* ---- reasons (rt_error.c) ---------------------------------------------- */
+
+/* A failure being built up: the status and its one-line reason. */
+typedef struct rt_err {
+  kf_status status;
+  int code; /* the driver's error code when a driver call failed, else 0 */
+  char text[RT_REASON_MAX];
+} rt_err;
+
+/* Sets e to (status, formatted text) and returns status. */
+kf_status rt_err_set(rt_err *e, kf_status status, const char *fmt, ...) RT_PRINTF(3, 4);
+/* Puts formatted context before e's text ("kernel x: " + text). */
+kf_status rt_err_prefix(rt_err *e, const char *fmt, ...) RT_PRINTF(2, 3);
+
+/* The last-error slot of a handle: written by any thread, so locked. */
+typedef struct rt_slot {
+  pthread_mutex_t mu;
+  kf_status status;
+  char text[RT_REASON_MAX];
+} rt_slot;
+
+void rt_slot_init(rt_slot *s);
+void rt_slot_destroy(rt_slot *s);
+/* Copies e into s (s may be NULL) and into this thread's last error;
+ * returns e->status. */
+kf_status rt_slot_record(rt_slot *s, const rt_err *e);
+kf_status rt_slot_copy(rt_slot *s, char *buf, size_t size);
+/* Records e only as this thread's last error; returns e->status. */
+kf_status rt_tls_record(const rt_err *e);
+
+/* ---- drivers (rt_cuda.c, rt_hip.c) ------------------------------------- */
+
+typedef struct rt_driver rt_driver;
+
+struct rt_driver {
+  kf_backend backend;
+  const char *api;               /* "CUDA driver" / "HIP runtime" */
+  char lib_path[256];            /* what was dlopened */
+  void *lib;                     /* dlopen handle; never dlclosed */
+  void *fns;                     /* the backend's function table */
+  int device;                    /* ordinal (CUDA: the CUdevice) */
+  int cc_major, cc_minor;        /* CUDA compute capability */
+  char device_arch[RT_ARCH_MAX]; /* "sm_90", "gfx942:sramecc+:xnack-" */
+  size_t shared_limit;           /* most dynamic shared memory per block */
+  void *ctx;                     /* CUDA primary context */
+  /* The driver's own name and text for an error code. */
+  void (*error_text)(const rt_driver *d, int code, char *buf, size_t size);
+  /* Loads image and resolves symbol; opts the function into shared bytes of
+   * dynamic shared memory when that needs it. KF_ERR_SYMBOL when the symbol
+   * is missing, KF_ERR_DRIVER otherwise; nothing stays loaded on failure. */
+  kf_status (*load)(rt_driver *d, const void *image, const char *symbol, unsigned shared,
+                    void **module, void **function, rt_err *err);
+  kf_status (*launch)(rt_driver *d, void *function, const unsigned grid[3], const unsigned block[3],
+                      unsigned shared, void *stream, void **params, rt_err *err);
+  void (*unload)(rt_driver *d, void *module);
+  void (*close)(rt_driver *d);
+};
+
+/* Open the driver library (path NULL: environment, then default names),
+ * initialise it and find the device's arch. On failure nothing stays
+ * retained. KF_ERR_NO_DRIVER when the library can't be opened or lacks an
+ * entry point. */
+kf_status rt_cuda_open(rt_driver *d, const char *path, int device, rt_err *err);
+kf_status rt_hip_open(rt_driver *d, const char *path, int device, rt_err *err);
+
+/* The one check every driver call goes through: on a nonzero code it records
+ * the statement, file:line and the driver's own name and text for the code,
+ * and returns KF_ERR_DRIVER; KF_OK otherwise. */
+kf_status rt_driver_check(const rt_driver *d, rt_err *err, int code, const char *stmt,
+                          const char *file, int line);
+#define RT_CHECK(d, err, call) rt_driver_check((d), (err), (int)(call), #call, __FILE__, __LINE__)
+
+/* ---- architectures (rt_arch.c) ----------------------------------------- */
+
+/* How well a manifest arch serves a device: 0 is the best match, larger is
+ * worse, -1 means its objects can't run there. CUDA: sm_XYa only on X.Y
+ * (rank 0), sm_XY on X.Y (1) and on later minors of X (1 + distance). HIP:
+ * same gfx name, and every target feature the manifest names (xnack-) must
+ * be set the same way on the device; more named features rank better. */
+int rt_arch_cuda_rank(const char *arch, int major, int minor);
+int rt_arch_hip_rank(const char *arch, const char *device_arch);
+/* Lists, best first, the arch names a device could run, into buf
+ * ("sm_90a, sm_90"); for the reason when no manifest fits. */
+void rt_arch_cuda_wanted(int major, int minor, char *buf, size_t size);
+void rt_arch_hip_wanted(const char *device_arch, char *buf, size_t size);
+/* True when name is a well-formed arch name of the backend. */
+int rt_arch_valid(kf_backend backend, const char *name);
+
+/* ---- manifests (rt_manifest.c) ----------------------------------------- */
+
+typedef struct rt_param {
+  char *name;
+  char *type; /* one of the contract's C spellings */
+  size_t size;
+} rt_param;
+
+typedef struct rt_kdesc {
+  char *id, *kind, *key, *symbol;
+  char *object; /* relative to <cache>/v1 */
+  char *meta;   /* relative to <cache>/v1 */
+  int width;
+  unsigned char checksum[16]; /* XXH3-128, canonical (big-endian) */
+  unsigned long long size;    /* object bytes */
+  int nparams;
+  rt_param *params;
+  unsigned grid[3], block[3], shared;
+} rt_kdesc;
+
+typedef struct rt_manifest {
+  int format;
+  char *model, *arch;
+  kf_backend backend;
+  int nkernels;
+  rt_kdesc *kernels; /* in manifest order */
+} rt_manifest;
+
+/* Parses a manifest's text; path only names it in reasons. On failure m is
+ * left empty: KF_ERR_FORMAT for a newer format, KF_ERR_BAD_MANIFEST
+ * otherwise, naming path and the offending field or line:column. */
+kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_manifest *m,
+                            rt_err *err);
+kf_status rt_manifest_load(const char *path, rt_manifest *m, rt_err *err);
+void rt_manifest_free(rt_manifest *m);
+/* Size in bytes of a contract arg type, 0 if it is not one. */
+size_t rt_type_size(const char *type);
+
+/* ---- meta.json (rt_meta.c) --------------------------------------------- */
+
+kf_status rt_meta_load(const char *path, kf_resources *res, rt_err *err);
+
+/* ---- files (rt_file.c) ------------------------------------------------- */
+
+/* Reads a whole file, opened read-only, into a malloc'd NUL-terminated
+ * buffer the caller frees. KF_ERR_IO naming path on failure. */
+kf_status rt_file_read(const char *path, char **data, size_t *len, rt_err *err);
+/* malloc'd a + "/" + b; NULL when out of memory. */
+char *rt_path_join(const char *a, const char *b);
+/* Hex of 16 bytes into out[33]; parses 32 hex digits (0 on success). */
+void rt_hex16(const unsigned char in[16], char out[33]);
+int rt_unhex16(const char *hex, unsigned char out[16]);
+/* XXH3-128 of data in canonical byte order. */
+void rt_xxh128(const void *data, size_t len, unsigned char out[16]);
+
+/* ---- handles (rt_runtime.c, rt_kernel.c) ------------------------------- */
+
+enum { RT_UNLOADED = 0, RT_LOADED = 1, RT_FAILED = 2 };
+
+struct kf_kernel {
+  kf_runtime *rt;
+  const rt_kdesc *d;  /* owned by rt->manifest */
+  char *object_path;  /* <cache>/v1/<object> */
+  char *meta_path;    /* <cache>/v1/<meta> */
+  int rows_param;     /* index of a trailing "int rows", else -1 */
+  atomic_int state;   /* RT_UNLOADED, RT_LOADED or RT_FAILED */
+  pthread_mutex_t mu; /* guards loading and meta reading */
+  void *module;       /* valid once state is RT_LOADED */
+  void *function;
+  rt_err load_err; /* why loading failed, when RT_FAILED */
+  int meta_read;   /* res valid (under mu) */
+  kf_resources res;
+  rt_slot err;
+};
+
+typedef struct rt_kind {
+  const char *kind;
+  int n;
+  kf_kernel **by_width; /* ascending width */
+} rt_kind;
+
+struct kf_runtime {
+  rt_driver drv;
+  rt_manifest manifest;
+  char *v1_dir; /* <cache>/v1 */
+  int lazy;
+  int nkernels;
+  kf_kernel *kernels; /* manifest order */
+  int nkinds;
+  rt_kind *kinds;
+  rt_slot err;
+};
+
+/* Loads k (object read, size and checksum checked, symbol resolved) unless
+ * already loaded; safe from many threads. The failure is sticky. */
+kf_status rt_kernel_load(kf_kernel *k, rt_err *err);
+void rt_kernel_unload(kf_kernel *k);
+
+#endif /* KFORGE_RT_INTERNAL_H */

@@ -1,0 +1,254 @@
+/* Kernels: finding the one for a step's rows, loading and verifying its
+ * object (eagerly at open or lazily at first use, once, under the kernel's
+ * lock), checking launch arguments against the manifest's parameter list,
+ * launching, and introspection. find and launch take no lock once a kernel
+ * is loaded; only failures touch the (locked) last-error slots. */
+#include "rt_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kf_status load_object(kf_kernel *k, rt_err *err) {
+  kf_runtime *rt = k->rt;
+  const rt_kdesc *d = k->d;
+  unsigned char sum[16];
+  char *image;
+  size_t len;
+  kf_status st;
+
+  if ((st = rt_file_read(k->object_path, &image, &len, err)) != KF_OK)
+    return rt_err_prefix(err, "kernel %s: ", d->id);
+  if (len != d->size) {
+    free(image);
+    return rt_err_set(err, KF_ERR_CHECKSUM,
+                      "kernel %s: object %s is damaged: %zu bytes, the "
+                      "manifest says %llu (rebuild it with kforge warm)",
+                      d->id, k->object_path, len, d->size);
+  }
+  rt_xxh128(image, len, sum);
+  if (memcmp(sum, d->checksum, 16) != 0) {
+    char got[33], want[33];
+    free(image);
+    rt_hex16(sum, got);
+    rt_hex16(d->checksum, want);
+    return rt_err_set(err, KF_ERR_CHECKSUM,
+                      "kernel %s: object %s is damaged: its checksum is %s, "
+                      "the manifest says %s (rebuild it with kforge warm)",
+                      d->id, k->object_path, got, want);
+  }
+  st = rt->drv.load(&rt->drv, image, d->symbol, d->shared, &k->module, &k->function, err);
+  free(image);
+  if (st == KF_ERR_SYMBOL)
+    return rt_err_prefix(err, "kernel %s: entry symbol %s is missing from %s: ", d->id, d->symbol,
+                         k->object_path);
+  if (st != KF_OK)
+    return rt_err_prefix(err, "kernel %s: cannot load %s: ", d->id, k->object_path);
+  return KF_OK;
+}
+
+kf_status rt_kernel_load(kf_kernel *k, rt_err *err) {
+  kf_status st = KF_OK;
+  if (atomic_load_explicit(&k->state, memory_order_acquire) == RT_LOADED)
+    return KF_OK;
+  pthread_mutex_lock(&k->mu);
+  if (atomic_load_explicit(&k->state, memory_order_relaxed) == RT_UNLOADED) {
+    st = load_object(k, &k->load_err);
+    atomic_store_explicit(&k->state, st == KF_OK ? RT_LOADED : RT_FAILED, memory_order_release);
+  }
+  if (atomic_load_explicit(&k->state, memory_order_relaxed) == RT_FAILED) {
+    *err = k->load_err;
+    st = err->status;
+  }
+  pthread_mutex_unlock(&k->mu);
+  return st;
+}
+
+void rt_kernel_unload(kf_kernel *k) {
+  if (atomic_load_explicit(&k->state, memory_order_acquire) == RT_LOADED)
+    k->rt->drv.unload(&k->rt->drv, k->module);
+  k->module = k->function = NULL;
+  atomic_store_explicit(&k->state, RT_UNLOADED, memory_order_release);
+}
+
+kf_status kf_kernel_find(kf_runtime *rt, const char *kind, int rows, kf_kernel **kernel) {
+  rt_err err;
+  if (kernel)
+    *kernel = NULL;
+  if (!rt || !kind || !kernel) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT,
+               "kf_kernel_find: rt, kind and kernel must not be NULL");
+    return rt ? rt_slot_record(&rt->err, &err) : rt_tls_record(&err);
+  }
+  if (rows < 1) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_kernel_find: rows must be at least 1, got %d",
+               rows);
+    return rt_slot_record(&rt->err, &err);
+  }
+  for (int i = 0; i < rt->nkinds; i++) {
+    const rt_kind *g = &rt->kinds[i];
+    if (strcmp(g->kind, kind) != 0)
+      continue;
+    for (int j = 0; j < g->n; j++) {
+      kf_kernel *k = g->by_width[j];
+      if (k->d->width < rows)
+        continue;
+      if (rt_kernel_load(k, &err) != KF_OK) {
+        rt_slot_record(&k->err, &err);
+        return rt_slot_record(&rt->err, &err);
+      }
+      *kernel = k;
+      return KF_OK;
+    }
+    rt_err_set(&err, KF_ERR_NO_WIDTH,
+               "%d rows exceed the largest width of kind '%s' (%d) in model "
+               "'%s': use the fallback path",
+               rows, kind, g->by_width[g->n - 1]->d->width, rt->manifest.model);
+    return rt_slot_record(&rt->err, &err);
+  }
+  {
+    char kinds[512];
+    size_t used = 0;
+    kinds[0] = '\0';
+    for (int i = 0; i < rt->nkinds && used < sizeof kinds; i++)
+      used += (size_t)snprintf(kinds + used, sizeof kinds - used, "%s%s", i ? ", " : "",
+                               rt->kinds[i].kind);
+    rt_err_set(&err, KF_ERR_NO_KIND, "no kernel of kind '%s' in model '%s' for %s (kinds: %s)",
+               kind, rt->manifest.model, rt->manifest.arch, rt->nkinds ? kinds : "none");
+  }
+  return rt_slot_record(&rt->err, &err);
+}
+
+static void describe_params(const rt_kdesc *d, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < d->nparams && used < size; i++)
+    used += (size_t)snprintf(buf + used, size - used, "%s%s %s", i ? ", " : "", d->params[i].type,
+                             d->params[i].name);
+}
+
+kf_status kf_kernel_launch(kf_kernel *k, void *stream, const kf_arg *args, size_t nargs) {
+  void *params[RT_MAX_PARAMS];
+  const rt_kdesc *d;
+  rt_err err;
+
+  if (!k) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_kernel_launch: kernel is NULL");
+    return rt_tls_record(&err);
+  }
+  d = k->d;
+  if (nargs != (size_t)d->nparams || (nargs > 0 && !args)) {
+    char list[512];
+    describe_params(d, list, sizeof list);
+    rt_err_set(&err, KF_ERR_ARGS,
+               "kernel %s: %zu arguments given, its parameters are %d: (%s); "
+               "not launched",
+               d->id, args || nargs == 0 ? nargs : 0, d->nparams, list);
+    return rt_slot_record(&k->err, &err);
+  }
+  for (int i = 0; i < d->nparams; i++) {
+    if (!args[i].value || args[i].size != d->params[i].size) {
+      rt_err_set(&err, KF_ERR_ARGS,
+                 "kernel %s: argument %d (%s %s) is %zu bytes%s, expected "
+                 "%zu; not launched",
+                 d->id, i, d->params[i].type, d->params[i].name, args[i].size,
+                 args[i].value ? "" : " at NULL", d->params[i].size);
+      return rt_slot_record(&k->err, &err);
+    }
+    params[i] = (void *)args[i].value;
+  }
+  if (k->rows_param >= 0) {
+    int rows;
+    memcpy(&rows, args[k->rows_param].value, sizeof rows);
+    if (rows < 1 || rows > d->width) {
+      rt_err_set(&err, KF_ERR_ARGS,
+                 "kernel %s: rows is %d, must be 1..%d (its width); not "
+                 "launched",
+                 d->id, rows, d->width);
+      return rt_slot_record(&k->err, &err);
+    }
+  }
+  if (rt_kernel_load(k, &err) != KF_OK ||
+      k->rt->drv.launch(&k->rt->drv, k->function, d->grid, d->block, d->shared, stream, params,
+                        &err) != KF_OK) {
+    if (err.status == KF_ERR_DRIVER)
+      rt_err_prefix(&err, "kernel %s: ", d->id);
+    return rt_slot_record(&k->err, &err);
+  }
+  return KF_OK;
+}
+
+kf_status kf_kernel_error(kf_kernel *k, char *buf, size_t size) {
+  if (!k) {
+    if (buf && size)
+      snprintf(buf, size, "kf_kernel_error: kernel is NULL");
+    return KF_ERR_INVALID_ARGUMENT;
+  }
+  return rt_slot_copy(&k->err, buf, size);
+}
+
+const char *kf_kernel_id(const kf_kernel *k) { return k ? k->d->id : NULL; }
+
+const char *kf_kernel_kind(const kf_kernel *k) { return k ? k->d->kind : NULL; }
+
+const char *kf_kernel_symbol(const kf_kernel *k) { return k ? k->d->symbol : NULL; }
+
+int kf_kernel_width(const kf_kernel *k) { return k ? k->d->width : 0; }
+
+int kf_kernel_param_count(const kf_kernel *k) { return k ? k->d->nparams : 0; }
+
+kf_status kf_kernel_param(const kf_kernel *k, int i, const char **name, const char **type,
+                          size_t *size) {
+  rt_err err;
+  if (!k || i < 0 || i >= k->d->nparams) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_kernel_param: no parameter %d (%d parameters)", i,
+               k ? k->d->nparams : 0);
+    return rt_tls_record(&err);
+  }
+  if (name)
+    *name = k->d->params[i].name;
+  if (type)
+    *type = k->d->params[i].type;
+  if (size)
+    *size = k->d->params[i].size;
+  return KF_OK;
+}
+
+kf_status kf_kernel_launch_config(const kf_kernel *k, unsigned grid[3], unsigned block[3],
+                                  unsigned *shared_bytes) {
+  rt_err err;
+  if (!k) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_kernel_launch_config: kernel is NULL");
+    return rt_tls_record(&err);
+  }
+  if (grid)
+    memcpy(grid, k->d->grid, sizeof k->d->grid);
+  if (block)
+    memcpy(block, k->d->block, sizeof k->d->block);
+  if (shared_bytes)
+    *shared_bytes = k->d->shared;
+  return KF_OK;
+}
+
+kf_status kf_kernel_resources(kf_kernel *k, kf_resources *out) {
+  rt_err err;
+  kf_status st = KF_OK;
+  if (!k || !out) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT,
+               "kf_kernel_resources: kernel and out must not be NULL");
+    return k ? rt_slot_record(&k->err, &err) : rt_tls_record(&err);
+  }
+  pthread_mutex_lock(&k->mu);
+  if (!k->meta_read) {
+    if ((st = rt_meta_load(k->meta_path, &k->res, &err)) == KF_OK)
+      k->meta_read = 1;
+  }
+  if (st == KF_OK)
+    *out = k->res;
+  pthread_mutex_unlock(&k->mu);
+  if (st != KF_OK) {
+    rt_err_prefix(&err, "kernel %s: ", k->d->id);
+    return rt_slot_record(&k->err, &err);
+  }
+  return KF_OK;
+}

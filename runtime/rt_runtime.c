@@ -1,0 +1,347 @@
+/* Opening and closing a runtime: choose the driver, detect the device's
+ * arch, pick the manifest that serves it best, index its kernels by kind and
+ * width, and (unless lazy) load and verify every object. Open either
+ * succeeds whole or leaves nothing behind: every failure path goes through
+ * runtime_free, which undoes exactly what was done. */
+#include "rt_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kf_runtime_options_init(kf_runtime_options *opts) {
+  if (opts)
+    memset(opts, 0, sizeof *opts);
+}
+
+/* The contract's model names: [a-z0-9][a-z0-9._-]*, so no "/" or "..". */
+static int valid_model(const char *s) {
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9')))
+    return 0;
+  for (const char *p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+          *p == '-'))
+      return 0;
+  return strstr(s, "..") == NULL;
+}
+
+static kf_status open_driver(rt_driver *d, const kf_runtime_options *o, rt_err *err) {
+  rt_err cuda_err, hip_err;
+  kf_status st;
+  if (o->backend == KF_BACKEND_CUDA)
+    return rt_cuda_open(d, o->driver_path, o->device, err);
+  if (o->backend == KF_BACKEND_HIP)
+    return rt_hip_open(d, o->driver_path, o->device, err);
+  if (rt_cuda_open(d, o->driver_path, o->device, &cuda_err) == KF_OK)
+    return KF_OK;
+  /* A CUDA driver that is there but fails for another reason than having no
+   * device is the error to report: HIP would only hide it. */
+  if (cuda_err.status != KF_ERR_NO_DRIVER && cuda_err.status != KF_ERR_NO_DEVICE) {
+    *err = cuda_err;
+    return err->status;
+  }
+  if (rt_hip_open(d, o->driver_path, o->device, &hip_err) == KF_OK)
+    return KF_OK;
+  st = cuda_err.status != KF_ERR_NO_DRIVER  ? cuda_err.status
+       : hip_err.status != KF_ERR_NO_DRIVER ? hip_err.status
+                                            : KF_ERR_NO_DRIVER;
+  return rt_err_set(err, st, "no usable GPU driver: %.480s; %.480s", cuda_err.text, hip_err.text);
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Chooses <dir>/<arch>.json with the best rank for the device; *path is
+ * malloc'd. The reason for no match names what the device runs and what
+ * the cache has. */
+static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, rt_err *err) {
+  char *dir = NULL, *sub = NULL, **names = NULL;
+  int n = 0, cap = 0, best = -1, best_rank = -1;
+  DIR *dp;
+  struct dirent *de;
+  kf_status st = KF_OK;
+
+  *path = NULL;
+  sub = rt_path_join("manifests", model);
+  dir = sub ? rt_path_join(rt->v1_dir, sub) : NULL;
+  free(sub);
+  if (!dir)
+    return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  dp = opendir(dir);
+  if (!dp) {
+    st = rt_err_set(err, KF_ERR_NO_MANIFEST,
+                    "no manifests for model '%s': cannot open %s: %s (build "
+                    "them with kforge warm)",
+                    model, dir, strerror(errno));
+    free(dir);
+    return st;
+  }
+  while ((de = readdir(dp)) != NULL) {
+    size_t len = strlen(de->d_name);
+    if (len <= 5 || strcmp(de->d_name + len - 5, ".json") != 0 || de->d_name[0] == '.')
+      continue;
+    if (n == cap) {
+      char **grown = realloc(names, (size_t)(cap = cap ? cap * 2 : 8) * sizeof *names);
+      if (!grown) {
+        st = rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+        break;
+      }
+      names = grown;
+    }
+    if (!(names[n] = malloc(len - 4))) {
+      st = rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+      break;
+    }
+    memcpy(names[n], de->d_name, len - 5);
+    names[n][len - 5] = '\0';
+    n++;
+  }
+  closedir(dp);
+  if (st == KF_OK && n > 0)
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+  for (int i = 0; st == KF_OK && i < n; i++) {
+    int rank = rt->drv.backend == KF_BACKEND_CUDA
+                   ? rt_arch_cuda_rank(names[i], rt->drv.cc_major, rt->drv.cc_minor)
+                   : rt_arch_hip_rank(names[i], rt->drv.device_arch);
+    if (rank >= 0 && (best < 0 || rank < best_rank)) {
+      best = i;
+      best_rank = rank;
+    }
+  }
+  if (st == KF_OK && best < 0) {
+    char wanted[256], have[512];
+    size_t used = 0;
+    have[0] = '\0';
+    for (int i = 0; i < n && used < sizeof have; i++)
+      used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "", names[i]);
+    if (rt->drv.backend == KF_BACKEND_CUDA) {
+      rt_arch_cuda_wanted(rt->drv.cc_major, rt->drv.cc_minor, wanted, sizeof wanted);
+      st = rt_err_set(err, KF_ERR_NO_MANIFEST,
+                      "no manifest for this device in %s: device %d is "
+                      "%s (compute capability %d.%d), which runs %s; the "
+                      "cache has %s (build for this arch with kforge warm)",
+                      dir, rt->drv.device, rt->drv.device_arch, rt->drv.cc_major, rt->drv.cc_minor,
+                      wanted, n ? have : "none");
+    } else {
+      rt_arch_hip_wanted(rt->drv.device_arch, wanted, sizeof wanted);
+      st = rt_err_set(err, KF_ERR_NO_MANIFEST,
+                      "no manifest for this device in %s: device %d is %s, "
+                      "which runs %s; the cache has %s (build for this arch "
+                      "with kforge warm)",
+                      dir, rt->drv.device, rt->drv.device_arch, wanted, n ? have : "none");
+    }
+  }
+  if (st == KF_OK) {
+    size_t len = strlen(dir) + strlen(names[best]) + 7;
+    if ((*path = malloc(len)) != NULL)
+      snprintf(*path, len, "%s/%s.json", dir, names[best]);
+    else
+      st = rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  }
+  for (int i = 0; i < n; i++)
+    free(names[i]);
+  free(names);
+  free(dir);
+  return st;
+}
+
+static int cmp_kernel(const void *a, const void *b) {
+  const kf_kernel *x = *(kf_kernel *const *)a, *y = *(kf_kernel *const *)b;
+  int c = strcmp(x->d->kind, y->d->kind);
+  return c ? c : (x->d->width > y->d->width) - (x->d->width < y->d->width);
+}
+
+static kf_status index_kernels(kf_runtime *rt, rt_err *err) {
+  int n = rt->manifest.nkernels;
+  kf_kernel **sorted;
+  rt->kernels = calloc((size_t)(n ? n : 1), sizeof *rt->kernels);
+  sorted = calloc((size_t)(n ? n : 1), sizeof *sorted);
+  rt->kinds = calloc((size_t)(n ? n : 1), sizeof *rt->kinds);
+  if (!rt->kernels || !sorted || !rt->kinds) {
+    free(sorted);
+    return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    kf_kernel *k = &rt->kernels[i];
+    const rt_kdesc *d = &rt->manifest.kernels[i];
+    k->rt = rt;
+    k->d = d;
+    k->rows_param = -1;
+    if (d->nparams > 0 && strcmp(d->params[d->nparams - 1].name, "rows") == 0 &&
+        strcmp(d->params[d->nparams - 1].type, "int") == 0)
+      k->rows_param = d->nparams - 1;
+    atomic_init(&k->state, RT_UNLOADED);
+    pthread_mutex_init(&k->mu, NULL);
+    rt_slot_init(&k->err);
+    rt->nkernels = i + 1;
+    k->object_path = rt_path_join(rt->v1_dir, d->object);
+    k->meta_path = rt_path_join(rt->v1_dir, d->meta);
+    if (!k->object_path || !k->meta_path) {
+      free(sorted);
+      return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+    }
+    sorted[i] = k;
+  }
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_kernel);
+  /* Kinds own runs of the sorted array; the first run keeps the block. */
+  for (int i = 0; i < n; i++) {
+    if (i == 0 || strcmp(sorted[i]->d->kind, sorted[i - 1]->d->kind) != 0) {
+      rt->kinds[rt->nkinds].kind = sorted[i]->d->kind;
+      rt->kinds[rt->nkinds].by_width = &sorted[i];
+      rt->nkinds++;
+    }
+    rt->kinds[rt->nkinds - 1].n++;
+  }
+  if (n == 0)
+    free(sorted);
+  return KF_OK;
+}
+
+static void runtime_free(kf_runtime *rt) {
+  for (int i = 0; i < rt->nkernels; i++) {
+    kf_kernel *k = &rt->kernels[i];
+    rt_kernel_unload(k);
+    pthread_mutex_destroy(&k->mu);
+    rt_slot_destroy(&k->err);
+    free(k->object_path);
+    free(k->meta_path);
+  }
+  if (rt->nkinds > 0)
+    free(rt->kinds[0].by_width);
+  free(rt->kinds);
+  free(rt->kernels);
+  rt_manifest_free(&rt->manifest);
+  if (rt->drv.close)
+    rt->drv.close(&rt->drv);
+  free(rt->v1_dir);
+  rt_slot_destroy(&rt->err);
+  free(rt);
+}
+
+kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
+  rt_err err;
+  kf_runtime *rt;
+  char *path = NULL;
+  kf_status st;
+  const char *backend_name;
+
+  if (!out) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_runtime_open: rt is NULL");
+    return rt_tls_record(&err);
+  }
+  *out = NULL;
+  if (!opts || !opts->cache_dir || !*opts->cache_dir || !opts->model) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_runtime_open: options need cache_dir and model");
+    return rt_tls_record(&err);
+  }
+  if (!valid_model(opts->model)) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT,
+               "kf_runtime_open: '%s' is not a model name "
+               "([a-z0-9][a-z0-9._-]*)",
+               opts->model);
+    return rt_tls_record(&err);
+  }
+  if (opts->backend != KF_BACKEND_AUTO && opts->backend != KF_BACKEND_CUDA &&
+      opts->backend != KF_BACKEND_HIP) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_runtime_open: unknown backend %d",
+               (int)opts->backend);
+    return rt_tls_record(&err);
+  }
+  if (!(rt = calloc(1, sizeof *rt))) {
+    rt_err_set(&err, KF_ERR_NO_MEMORY, "out of memory");
+    return rt_tls_record(&err);
+  }
+  rt_slot_init(&rt->err);
+  rt->lazy = opts->lazy != 0;
+  if (!(rt->v1_dir = rt_path_join(opts->cache_dir, "v1"))) {
+    rt_err_set(&err, KF_ERR_NO_MEMORY, "out of memory");
+    goto fail;
+  }
+  if ((st = open_driver(&rt->drv, opts, &err)) != KF_OK) {
+    rt->drv.close = NULL; /* nothing is held on failure */
+    goto fail;
+  }
+  if ((st = pick_manifest(rt, opts->model, &path, &err)) != KF_OK ||
+      (st = rt_manifest_load(path, &rt->manifest, &err)) != KF_OK)
+    goto fail;
+  backend_name = rt->drv.backend == KF_BACKEND_CUDA ? "cuda" : "hip";
+  if (strcmp(rt->manifest.model, opts->model) != 0) {
+    rt_err_set(&err, KF_ERR_BAD_MANIFEST, "%s: model: error: '%s' in a manifest of model '%s'",
+               path, rt->manifest.model, opts->model);
+    goto fail;
+  }
+  {
+    const char *base = strrchr(path, '/') + 1;
+    size_t alen = strlen(rt->manifest.arch);
+    if (strncmp(base, rt->manifest.arch, alen) != 0 || strcmp(base + alen, ".json") != 0) {
+      rt_err_set(&err, KF_ERR_BAD_MANIFEST,
+                 "%s: arch: error: '%s' in the manifest file of another arch", path,
+                 rt->manifest.arch);
+      goto fail;
+    }
+  }
+  if (rt->manifest.backend != rt->drv.backend) {
+    rt_err_set(&err, KF_ERR_BAD_MANIFEST, "%s: backend: error: the manifest is not for '%s'", path,
+               backend_name);
+    goto fail;
+  }
+  if ((st = index_kernels(rt, &err)) != KF_OK)
+    goto fail;
+  if (!rt->lazy)
+    for (int i = 0; i < rt->nkernels; i++)
+      if ((st = rt_kernel_load(&rt->kernels[i], &err)) != KF_OK)
+        goto fail;
+  free(path);
+  *out = rt;
+  return KF_OK;
+fail:
+  free(path);
+  runtime_free(rt);
+  return rt_tls_record(&err);
+}
+
+void kf_runtime_close(kf_runtime *rt) {
+  if (rt)
+    runtime_free(rt);
+}
+
+kf_status kf_runtime_error(kf_runtime *rt, char *buf, size_t size) {
+  if (!rt) {
+    if (buf && size)
+      snprintf(buf, size, "kf_runtime_error: rt is NULL");
+    return KF_ERR_INVALID_ARGUMENT;
+  }
+  return rt_slot_copy(&rt->err, buf, size);
+}
+
+const char *kf_runtime_arch(const kf_runtime *rt) { return rt ? rt->manifest.arch : NULL; }
+
+const char *kf_runtime_device_arch(const kf_runtime *rt) { return rt ? rt->drv.device_arch : NULL; }
+
+kf_backend kf_runtime_backend(const kf_runtime *rt) {
+  return rt ? rt->drv.backend : KF_BACKEND_AUTO;
+}
+
+const char *kf_runtime_model(const kf_runtime *rt) { return rt ? rt->manifest.model : NULL; }
+
+int kf_runtime_kernel_count(const kf_runtime *rt) { return rt ? rt->nkernels : 0; }
+
+kf_status kf_runtime_kernel(kf_runtime *rt, int i, kf_kernel **kernel) {
+  rt_err err;
+  if (kernel)
+    *kernel = NULL;
+  if (!rt || !kernel) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_runtime_kernel: rt and kernel must not be NULL");
+    return rt ? rt_slot_record(&rt->err, &err) : rt_tls_record(&err);
+  }
+  if (i < 0 || i >= rt->nkernels) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT,
+               "kf_runtime_kernel: index %d out of range: %d kernels", i, rt->nkernels);
+    return rt_slot_record(&rt->err, &err);
+  }
+  *kernel = &rt->kernels[i];
+  return KF_OK;
+}

@@ -1,0 +1,181 @@
+/* Tests of runtime/rt_manifest.c and rt_meta.c: what a manifest must hold
+ * (docs/contracts.md, "Manifest"), and the reasons given when it doesn't. */
+#define _GNU_SOURCE
+#include "kf_test.h"
+#include "rt_internal.h"
+
+#include <stdlib.h>
+
+static const char *GOOD = "{\n"
+                          "  \"format\": 1,\n"
+                          "  \"model\": \"qwen3-0.6b\",\n"
+                          "  \"arch\": \"sm_90a\",\n"
+                          "  \"backend\": \"cuda\",\n"
+                          "  \"kernels\": [\n"
+                          "    {\n"
+                          "      \"id\": \"qwen3-0.6b/input_norm/w4/sm_90a\",\n"
+                          "      \"kind\": \"input_norm\",\n"
+                          "      \"width\": 4,\n"
+                          "      \"key\": \"0123456789abcdef0123456789abcdef\",\n"
+                          "      \"object\": \"objects/01/0123456789abcdef0123456789abcdef/"
+                          "object.cubin\",\n"
+                          "      \"meta\": \"objects/01/0123456789abcdef0123456789abcdef/"
+                          "meta.json\",\n"
+                          "      \"checksum\": \"00112233445566778899AABBCCDDEEFF\",\n"
+                          "      \"size\": 6352,\n"
+                          "      \"symbol\": \"kf_qwen3_0_6b_input_norm_w4_sm_90a_1a2b3c4d\",\n"
+                          "      \"params\": [{\"name\": \"x\", \"type\": \"const kf_bf16*\", "
+                          "\"size\": 8}, {\"name\": \"eps\", \"type\": \"float\", \"size\": 4}, "
+                          "{\"name\": \"rows\", \"type\": \"int\", \"size\": 4}],\n"
+                          "      \"launch\": {\"grid\": [4, 1, 1], \"block\": [256, 1, 1], "
+                          "\"shared_bytes\": 65536}\n"
+                          "    }\n"
+                          "  ]\n"
+                          "}\n";
+
+/* GOOD with the first occurrence of from replaced by to; malloc'd. */
+static char *edit(const char *from, const char *to) {
+  const char *at = strstr(GOOD, from);
+  char *out;
+  if (!at)
+    abort();
+  if (asprintf(&out, "%.*s%s%s", (int)(at - GOOD), GOOD, to, at + strlen(from)) < 0)
+    abort();
+  return out;
+}
+
+static kf_status parse(const char *text, rt_manifest *m, rt_err *err) {
+  return rt_manifest_parse("cache/v1/manifests/qwen3-0.6b/sm_90a.json", text, strlen(text), m, err);
+}
+
+/* Parses GOOD edited once; expects status and a reason holding needle. */
+static int refuses(const char *from, const char *to, kf_status want, const char *needle) {
+  rt_manifest m;
+  rt_err err;
+  char *text = edit(from, to);
+  kf_status st = parse(text, &m, &err);
+  free(text);
+  if (st != want || m.kernels != NULL || !strstr(err.text, needle)) {
+    fprintf(stderr, "  status %d (want %d), reason: %s\n", st, want, err.text);
+    return 0;
+  }
+  return 1;
+}
+
+KF_TEST(manifest__parses_every_field_the_runtime_uses) {
+  rt_manifest m;
+  rt_err err;
+  const rt_kdesc *k;
+  KF_CHECK(parse(GOOD, &m, &err) == KF_OK);
+  KF_CHECK(m.format == 1 && m.backend == KF_BACKEND_CUDA && m.nkernels == 1);
+  KF_CHECK_STR_EQ(m.model, "qwen3-0.6b");
+  KF_CHECK_STR_EQ(m.arch, "sm_90a");
+  k = &m.kernels[0];
+  KF_CHECK_STR_EQ(k->id, "qwen3-0.6b/input_norm/w4/sm_90a");
+  KF_CHECK_STR_EQ(k->kind, "input_norm");
+  KF_CHECK_STR_EQ(k->symbol, "kf_qwen3_0_6b_input_norm_w4_sm_90a_1a2b3c4d");
+  KF_CHECK_STR_EQ(k->object, "objects/01/0123456789abcdef0123456789abcdef/object.cubin");
+  KF_CHECK(k->width == 4 && k->size == 6352);
+  KF_CHECK(k->checksum[0] == 0x00 && k->checksum[1] == 0x11 && k->checksum[15] == 0xff);
+  KF_CHECK(k->nparams == 3);
+  KF_CHECK_STR_EQ(k->params[0].type, "const kf_bf16*");
+  KF_CHECK(k->params[0].size == 8 && k->params[1].size == 4);
+  KF_CHECK_STR_EQ(k->params[2].name, "rows");
+  KF_CHECK(k->grid[0] == 4 && k->grid[1] == 1 && k->block[0] == 256);
+  KF_CHECK(k->shared == 65536);
+  rt_manifest_free(&m);
+}
+
+KF_TEST(manifest__refuses_a_newer_format_naming_the_file) {
+  KF_CHECK(refuses("\"format\": 1", "\"format\": 2", KF_ERR_FORMAT,
+                   "cache/v1/manifests/qwen3-0.6b/sm_90a.json: manifest "
+                   "format 2 is newer"));
+  /* Even when the rest has changed shape beyond recognition. */
+  {
+    rt_manifest m;
+    rt_err err;
+    const char *v2 = "{\"format\": 2, \"entries\": {}}";
+    KF_CHECK(parse(v2, &m, &err) == KF_ERR_FORMAT);
+  }
+}
+
+KF_TEST(manifest__malformed_json_names_path_line_and_column) {
+  KF_CHECK(refuses("\"model\": \"qwen3-0.6b\",", "\"model\": \"qwen3-0.6b\"", KF_ERR_BAD_MANIFEST,
+                   "cache/v1/manifests/qwen3-0.6b/sm_90a.json:4:"));
+}
+
+KF_TEST(manifest__missing_field_is_named) {
+  KF_CHECK(refuses("\"symbol\"", "\"symbolx\"", KF_ERR_BAD_MANIFEST,
+                   "sm_90a.json: kernels[0].symbol: error: missing"));
+  KF_CHECK(refuses("\"width\": 4", "\"width\": \"4\"", KF_ERR_BAD_MANIFEST,
+                   "kernels[0].width: error: must be an integer"));
+}
+
+KF_TEST(manifest__param_types_come_from_the_contract_set) {
+  KF_CHECK(refuses("\"type\": \"float\"", "\"type\": \"double\"", KF_ERR_BAD_MANIFEST,
+                   "kernels[0].params[1].type: error: unknown type 'double'"));
+  KF_CHECK(refuses("\"type\": \"float\", \"size\": 4", "\"type\": \"float\", \"size\": 8",
+                   KF_ERR_BAD_MANIFEST, "kernels[0].params[1].size"));
+}
+
+KF_TEST(manifest__id_must_agree_with_model_kind_width_and_arch) {
+  KF_CHECK(refuses("\"width\": 4", "\"width\": 8", KF_ERR_BAD_MANIFEST,
+                   "kernels[0].id: error: 'qwen3-0.6b/input_norm/w4/sm_90a' "
+                   "does not match"));
+}
+
+KF_TEST(manifest__object_paths_stay_inside_the_cache) {
+  KF_CHECK(refuses("\"object\": \"objects/01", "\"object\": \"../../etc/01", KF_ERR_BAD_MANIFEST,
+                   "kernels[0].object"));
+  KF_CHECK(refuses("\"object\": \"objects/01", "\"object\": \"/objects/01", KF_ERR_BAD_MANIFEST,
+                   "kernels[0].object"));
+}
+
+KF_TEST(manifest__checksum_must_be_32_hex_digits) {
+  KF_CHECK(refuses("00112233445566778899AABBCCDDEEFF", "00112233445566778899AABBCCDDEEFG",
+                   KF_ERR_BAD_MANIFEST, "kernels[0].checksum"));
+  KF_CHECK(refuses("00112233445566778899AABBCCDDEEFF", "00112233445566778899AABBCCDDEE",
+                   KF_ERR_BAD_MANIFEST, "kernels[0].checksum"));
+}
+
+KF_TEST(manifest__backend_and_arch_must_agree) {
+  KF_CHECK(refuses("\"backend\": \"cuda\"", "\"backend\": \"hip\"", KF_ERR_BAD_MANIFEST,
+                   "arch: error: 'sm_90a' is not a hip"));
+  KF_CHECK(
+      refuses("\"backend\": \"cuda\"", "\"backend\": \"metal\"", KF_ERR_BAD_MANIFEST, "backend"));
+}
+
+KF_TEST(manifest__unreadable_file_names_its_path) {
+  rt_manifest m;
+  rt_err err;
+  KF_CHECK(rt_manifest_load("/nonexistent/kf/sm_90a.json", &m, &err) == KF_ERR_BAD_MANIFEST);
+  KF_CHECK_CONTAINS(err.text, "/nonexistent/kf/sm_90a.json");
+}
+
+KF_TEST(meta__reads_resources_and_refuses_a_malformed_file) {
+  char dir[] = "/tmp/kfmeta-XXXXXX", path[64];
+  kf_resources r;
+  rt_err err;
+  FILE *f;
+  KF_CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/meta.json", dir);
+  f = fopen(path, "w");
+  fputs("{\"format\": 1, \"resources\": {\"registers\": 40, \"stack_bytes\": "
+        "8, \"spill_stores\": 12, \"spill_loads\": 16, \"shared_bytes\": "
+        "2048}}",
+        f);
+  fclose(f);
+  KF_CHECK(rt_meta_load(path, &r, &err) == KF_OK);
+  KF_CHECK(r.registers == 40 && r.stack_bytes == 8 && r.spill_stores == 12 && r.spill_loads == 16 &&
+           r.shared_bytes == 2048);
+  f = fopen(path, "w");
+  fputs("{\"format\": 1, \"resources\": {\"registers\": 40}}", f);
+  fclose(f);
+  KF_CHECK(rt_meta_load(path, &r, &err) == KF_ERR_BAD_META);
+  KF_CHECK_CONTAINS(err.text, "resources.spill_stores");
+  KF_CHECK_CONTAINS(err.text, path);
+  remove(path);
+  remove(dir);
+}
+
+KF_TEST_MAIN()

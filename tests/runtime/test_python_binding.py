@@ -1,0 +1,299 @@
+"""Tests of the Python binding (python/kforge) against the fake CUDA driver
+(tests/runtime/fake_cuda.c), with caches written by kf_rt_fixture. They run
+without torch; the torch path (tensors, torch's current stream) is covered
+here with stand-ins and on a GPU by tests/gpu/test_runtime_gpu.py."""
+import ctypes
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+
+SOURCE = os.environ.get("KFORGE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SOURCE, "python"))
+import kforge  # noqa: E402
+
+FAKE = os.environ["KFORGE_TEST_FAKE_CUDA"]
+FIXTURE = os.environ["KFORGE_TEST_FIXTURE"]
+NORM = "const float* x; float* y; float eps; int rows"
+PROJ = "const kf_bf16* x; const kf_bf16* w; kf_bf16* y; long long n; int rows"
+
+
+class Launch(ctypes.Structure):
+    pass
+
+
+fake = ctypes.CDLL(FAKE)
+fake.fake_stat.restype = ctypes.c_long
+fake.fake_stat.argtypes = [ctypes.c_char_p]
+
+
+def last_launch():
+    name = ctypes.create_string_buffer(128)
+    grid, block = (ctypes.c_uint * 3)(), (ctypes.c_uint * 3)()
+    shared, stream = ctypes.c_uint(), ctypes.c_void_p()
+    params, nparams = (ctypes.c_longlong * 16)(), ctypes.c_int()
+    fake.fake_last_launch(name, ctypes.c_size_t(128), grid, block, ctypes.byref(shared),
+                          ctypes.byref(stream), params, ctypes.byref(nparams))
+    return {"name": name.value.decode(), "grid": list(grid), "block": list(block),
+            "shared": shared.value, "stream": stream.value or 0,
+            "params": list(params)[: nparams.value]}
+
+
+def launches():
+    return fake.fake_stat(b"launches")
+
+
+class FakeTensor:
+    """What the binding reads of a torch tensor."""
+
+    class device:
+        index = 0
+        type = "cuda"
+
+    def __init__(self, ptr, dtype="torch.float32", is_cuda=True, contiguous=True):
+        self.ptr, self.dtype, self.is_cuda, self.contiguous = ptr, dtype, is_cuda, contiguous
+
+    def data_ptr(self):
+        return self.ptr
+
+    def is_contiguous(self):
+        return self.contiguous
+
+
+class BindingTest(unittest.TestCase):
+    def setUp(self):
+        os.environ["FAKE_CUDA_CC"] = "90"
+        os.environ.pop("FAKE_CUDA_INIT_ERROR", None)
+        self.cache = tempfile.mkdtemp(prefix="kfpy-")
+        fake.fake_reset()
+
+    def tearDown(self):
+        shutil.rmtree(self.cache, ignore_errors=True)
+        sys.modules.pop("torch", None) if getattr(sys.modules.get("torch"), "_kf_fake", False) else None
+
+    def make(self, arch="sm_90a", model="m", fmt=1, specs=(("norm", "1,2,4,8", NORM),
+                                                           ("proj", "4", PROJ))):
+        args = [FIXTURE, self.cache, model, arch, str(fmt)]
+        for kind, widths, params in specs:
+            args += [kind, widths, params]
+        subprocess.run(args, check=True)
+
+    def open(self, **kw):
+        kw.setdefault("driver_path", FAKE)
+        return kforge.Runtime(self.cache, kw.pop("model", "m"), **kw)
+
+    def object_path(self, kernel_id):
+        with open(os.path.join(self.cache, "v1", "manifests", "m", "sm_90a.json")) as f:
+            import json
+            for k in json.load(f)["kernels"]:
+                if k["id"] == kernel_id:
+                    return os.path.join(self.cache, "v1", k["object"])
+        raise KeyError(kernel_id)
+
+    def test_open_reports_arch_model_and_kernel_ids(self):
+        self.make()
+        self.make(arch="sm_90")
+        rt = self.open()
+        self.assertEqual(rt.arch, "sm_90a")
+        self.assertEqual(rt.device_arch, "sm_90")
+        self.assertEqual(rt.model, "m")
+        self.assertEqual(rt.backend, "cuda")
+        self.assertEqual(sorted(rt.kernels()), sorted(
+            [f"m/norm/w{w}/sm_90a" for w in (1, 2, 4, 8)] + ["m/proj/w4/sm_90a"]))
+        self.assertEqual(fake.fake_stat(b"loads"), 5)
+        rt.close()
+        self.assertEqual(fake.fake_stat(b"live_modules"), 0)
+
+    def test_kernel_takes_params_but_rows_and_appends_rows(self):
+        self.make()
+        with self.open() as rt:
+            k = rt.kernel("norm", 3)
+            self.assertEqual((k.width, k.rows, k.id), (4, 3, "m/norm/w4/sm_90a"))
+            self.assertEqual(k.params, [("x", "const float*"), ("y", "float*"),
+                                        ("eps", "float"), ("rows", "int")])
+            k(0x1000, FakeTensor(0x2000), 0.25, stream=7)
+            got = last_launch()
+            self.assertEqual(got["name"], k.symbol)
+            self.assertEqual(got["grid"], [4, 1, 1])
+            self.assertEqual(got["block"], [256, 1, 1])
+            self.assertEqual(got["stream"], 7)
+            self.assertEqual(got["params"][:2], [0x1000, 0x2000])
+            self.assertEqual(struct.unpack("<f", struct.pack("<i", got["params"][2] & 0xffffffff))[0], 0.25)
+            self.assertEqual(got["params"][3], 3)
+
+    def test_long_long_and_bf16_tensor_arguments(self):
+        self.make()
+        with self.open() as rt:
+            k = rt.kernel("proj", 2)
+            bf = FakeTensor(0x10, dtype="torch.bfloat16")
+            k(bf, bf, bf, 1 << 40)
+            self.assertEqual(last_launch()["params"], [0x10, 0x10, 0x10, 1 << 40, 2])
+            with self.assertRaises(kforge.Error) as cm:
+                k(bf, FakeTensor(0x10, dtype="torch.float16"), bf, 1)
+            self.assertIn("torch.bfloat16", str(cm.exception))
+            self.assertEqual(cm.exception.status, kforge.Status.ARGS)
+
+    def test_rows_above_the_largest_width_raise_no_kernel_error(self):
+        self.make()
+        with self.open() as rt:
+            with self.assertRaises(kforge.NoKernelError) as cm:
+                rt.kernel("norm", 9)
+            self.assertIsInstance(cm.exception, kforge.Error)
+            self.assertEqual(cm.exception.status, kforge.Status.NO_WIDTH)
+            self.assertIn("largest width of kind 'norm' (8)", str(cm.exception))
+            with self.assertRaises(kforge.Error) as cm:
+                rt.kernel("qkv", 1)
+            self.assertNotIsInstance(cm.exception, kforge.NoKernelError)
+            self.assertEqual(cm.exception.status, kforge.Status.NO_KIND)
+
+    def test_argument_mismatches_raise_without_launching(self):
+        self.make()
+        with self.open() as rt:
+            k = rt.kernel("norm", 2)
+            bad_calls = [
+                ((0x1000, 0x2000), "takes 3 arguments"),
+                ((0x1000, 0x2000, 1.0, 2), "takes 3 arguments"),
+                (("x", 0x2000, 1.0), "argument 0 (const float* x) is str"),
+                ((0x1000, 0x2000, "1.0"), "argument 2 (float eps)"),
+                ((0x1000, FakeTensor(0x2, dtype="torch.bfloat16"), 1.0), "torch.float32"),
+                ((0x1000, FakeTensor(0x2, is_cuda=False), 1.0), "not on the GPU"),
+                ((0x1000, FakeTensor(0x2, contiguous=False), 1.0), "not contiguous"),
+                ((0, 0x2000, 1.0), "expected a device pointer"),
+            ]
+            for args, needle in bad_calls:
+                with self.assertRaises(kforge.Error) as cm:
+                    k(*args)
+                self.assertEqual(cm.exception.status, kforge.Status.ARGS)
+                self.assertIn(needle, str(cm.exception))
+            self.assertEqual(launches(), 0)
+            k(0x1000, 0x2000, 1)  # an int is a fine float
+            self.assertEqual(launches(), 1)
+
+    def test_open_failures_carry_the_runtime_reason_and_status(self):
+        self.make(arch="sm_100a")
+        with self.assertRaises(kforge.Error) as cm:
+            self.open()
+        self.assertEqual(cm.exception.status, kforge.Status.NO_MANIFEST)
+        self.assertIn("which runs sm_90a, sm_90", cm.exception.reason)
+        self.assertIn("the cache has sm_100a", cm.exception.reason)
+
+    def test_damaged_object_is_refused_at_open(self):
+        self.make()
+        path = self.object_path("m/norm/w2/sm_90a")
+        with open(path, "r+b") as f:
+            f.seek(9)
+            b = f.read(1)
+            f.seek(9)
+            f.write(bytes([b[0] ^ 1]))
+        with self.assertRaises(kforge.Error) as cm:
+            self.open()
+        self.assertEqual(cm.exception.status, kforge.Status.CHECKSUM)
+        self.assertIn("m/norm/w2/sm_90a", str(cm.exception))
+        self.assertIn(path, str(cm.exception))
+        self.assertEqual(fake.fake_stat(b"live_modules"), 0)
+
+    def test_newer_manifest_and_missing_driver(self):
+        self.make(fmt=2)
+        with self.assertRaises(kforge.Error) as cm:
+            self.open()
+        self.assertEqual(cm.exception.status, kforge.Status.FORMAT)
+        with self.assertRaises(kforge.Error) as cm:
+            self.open(driver_path="/nonexistent/libcuda.so.1", backend="cuda")
+        self.assertEqual(cm.exception.status, kforge.Status.NO_DRIVER)
+        self.assertIn("/nonexistent/libcuda.so.1", str(cm.exception))
+
+    def test_lazy_runtime_loads_at_first_kernel(self):
+        self.make()
+        with self.open(lazy=True) as rt:
+            self.assertEqual(fake.fake_stat(b"loads"), 0)
+            rt.kernel("norm", 1)
+            self.assertEqual(fake.fake_stat(b"loads"), 1)
+
+    def test_resources_and_launch_config_come_from_meta_and_manifest(self):
+        self.make()
+        with self.open() as rt:
+            k = rt.kernel("norm", 8)
+            self.assertEqual(k.resources, {"registers": 40, "spill_stores": 4, "spill_loads": 8,
+                                           "stack_bytes": 16, "shared_bytes": 1024})
+            self.assertEqual(k.launch_config, {"grid": [8, 1, 1], "block": [256, 1, 1],
+                                               "shared_bytes": 0})
+
+    def test_stream_defaults_to_torchs_current_stream_when_torch_is_loaded(self):
+        self.make()
+        with self.open() as rt:
+            k = rt.kernel("norm", 1)
+            k(0x1000, 0x2000, 1.0)
+            self.assertEqual(last_launch()["stream"], 0)
+            asked = []
+            torch = types.ModuleType("torch")
+            torch._kf_fake = True
+            torch.cuda = types.SimpleNamespace(current_stream=lambda dev: (
+                asked.append(dev), types.SimpleNamespace(cuda_stream=42))[1])
+            sys.modules["torch"] = torch
+            try:
+                k(0x1000, 0x2000, 1.0)
+                self.assertEqual(last_launch()["stream"], 42)
+                self.assertEqual(asked, [0])
+                k(0x1000, 0x2000, 1.0, stream=types.SimpleNamespace(cuda_stream=9))
+                self.assertEqual(last_launch()["stream"], 9)
+            finally:
+                del sys.modules["torch"]
+
+    def test_library_is_found_beside_the_package_without_the_env_var(self):
+        pkg = tempfile.mkdtemp(prefix="kfpkg-")
+        try:
+            shutil.copytree(os.path.join(SOURCE, "python", "kforge"), os.path.join(pkg, "kforge"))
+            shutil.copy(os.environ["KFORGE_RT_LIBRARY"], os.path.join(pkg, "kforge", "libkforge_rt.so"))
+            env = dict(os.environ)
+            del env["KFORGE_RT_LIBRARY"]
+            out = subprocess.run([sys.executable, "-c", "import kforge; print(kforge.library_path)"],
+                                 cwd=pkg, env=env, check=True, capture_output=True, text=True)
+            self.assertEqual(out.stdout.strip(), os.path.join(pkg, "kforge", "libkforge_rt.so"))
+        finally:
+            shutil.rmtree(pkg)
+
+    def test_setuptools_packages_the_binding_without_a_compiled_extension(self):
+        """pyproject.toml builds with setuptools alone (an sdist needs no
+        `wheel`); where `wheel` is installed (the GPU machine), pip installs it
+        too and the installed package imports."""
+        build = tempfile.mkdtemp(prefix="kfsrc-")
+        try:
+            src = os.path.join(build, "python")
+            shutil.copytree(os.path.join(SOURCE, "python"), src,
+                            ignore=shutil.ignore_patterns("*.so*", "build", "*.egg-info",
+                                                          "__pycache__"))
+            out = subprocess.run(
+                [sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                 "print(b.build_sdist(sys.argv[1]))", os.path.join(build, "dist")],
+                cwd=src, check=True, capture_output=True, text=True)
+            import tarfile
+            sdist = os.path.join(build, "dist", out.stdout.strip().splitlines()[-1])
+            with tarfile.open(sdist) as tar:
+                names = sorted(os.path.relpath(n, os.path.commonpath(tar.getnames()))
+                               for n in tar.getnames())
+            for f in ("pyproject.toml", "kforge/__init__.py", "kforge/_lib.py",
+                      "kforge/runtime.py"):
+                self.assertIn(f, names)
+            self.assertEqual([n for n in names if n.endswith((".c", ".so", ".pyx"))], [])
+            try:
+                import wheel  # noqa: F401
+            except ImportError:
+                return
+            target = os.path.join(build, "site")
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
+                            "--no-build-isolation", "--no-deps", "--target", target, src],
+                           check=True, capture_output=True)
+            out = subprocess.run([sys.executable, "-c", "import kforge; print(kforge.__file__)"],
+                                 cwd=target, env=dict(os.environ, PYTHONPATH=target),
+                                 check=True, capture_output=True, text=True)
+            self.assertTrue(out.stdout.strip().startswith(target))
+        finally:
+            shutil.rmtree(build)
+
+
+if __name__ == "__main__":
+    unittest.main()

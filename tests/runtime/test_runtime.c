@@ -1,0 +1,773 @@
+/* Tests of the runtime's public API (runtime/include/kforge/runtime.h)
+ * against the fake CUDA driver and fake HIP runtime: opening (arch choice,
+ * refusals with their reasons, nothing left open), finding by width,
+ * launching (configuration, argument checks), lazy loading, read-only
+ * caches, introspection and last-error slots. */
+#define _GNU_SOURCE
+#include "fake_query.h"
+#include "kf_test.h"
+#include "kforge/runtime.h"
+#include "rt_fixture.h"
+
+#include <dirent.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NORM_PARAMS "const float* x; float* y; float eps; int rows"
+#define PROJ_PARAMS "const kf_bf16* x; const kf_bf16* w; kf_bf16* y; long long n; int rows"
+
+static const fx_spec STD[] = {
+    {"norm", 1, NORM_PARAMS, 0, NULL}, {"norm", 2, NORM_PARAMS, 0, NULL},
+    {"norm", 4, NORM_PARAMS, 0, NULL}, {"norm", 8, NORM_PARAMS, 0, NULL},
+    {"proj", 4, PROJ_PARAMS, 0, NULL},
+};
+#define NSTD ((int)(sizeof STD / sizeof STD[0]))
+
+/* A cache holding model "m" with STD for each listed arch. */
+static char *std_cache(const char *const *arches, int n) {
+  char *dir = fx_tmpdir();
+  for (int i = 0; dir && i < n; i++)
+    if (fx_cache_add(dir, "m", arches[i], STD, NSTD, 1) != 0)
+      abort();
+  return dir;
+}
+
+static kf_status open_cuda(const char *cache, int lazy, kf_runtime **rt) {
+  kf_runtime_options o;
+  kf_runtime_options_init(&o);
+  o.cache_dir = cache;
+  o.model = "m";
+  o.lazy = lazy;
+  o.backend = KF_BACKEND_CUDA;
+  o.driver_path = FAKE_CUDA_PATH;
+  return kf_runtime_open(&o, rt);
+}
+
+/* Every test starts from a device of compute capability 9.0 and no loads. */
+static void fresh(void) {
+  setenv("FAKE_CUDA_CC", "90", 1);
+  unsetenv("FAKE_CUDA_DEVICES");
+  unsetenv("FAKE_CUDA_INIT_ERROR");
+  fq_reset(FAKE_CUDA_PATH);
+}
+
+KF_TEST(open__loads_and_verifies_every_object_eagerly) {
+  const char *arches[] = {"sm_90a", "sm_90"};
+  char *cache = std_cache(arches, 2);
+  kf_runtime *rt = NULL;
+  long retained;
+  fresh();
+  retained = fq_stat(FAKE_CUDA_PATH, "retained");
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK && rt);
+  KF_CHECK_STR_EQ(kf_runtime_arch(rt), "sm_90a");
+  KF_CHECK_STR_EQ(kf_runtime_device_arch(rt), "sm_90");
+  KF_CHECK_STR_EQ(kf_runtime_model(rt), "m");
+  KF_CHECK(kf_runtime_backend(rt) == KF_BACKEND_CUDA);
+  KF_CHECK(kf_runtime_kernel_count(rt) == NSTD);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == NSTD);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained + 1);
+  kf_runtime_close(rt);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(open__plain_sm_xy_serves_a_later_minor_and_sm_xya_does_not) {
+  const char *both[] = {"sm_90a", "sm_90"}, *only_a[] = {"sm_90a"};
+  char *cache = std_cache(both, 2), *cache_a = std_cache(only_a, 1);
+  kf_runtime *rt = NULL;
+  fresh();
+  setenv("FAKE_CUDA_CC", "92", 1);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK_STR_EQ(kf_runtime_arch(rt), "sm_90");
+  kf_runtime_close(rt);
+  KF_CHECK(open_cuda(cache_a, 0, &rt) == KF_ERR_NO_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "sm_92a, sm_92, sm_91, sm_90");
+  KF_CHECK_CONTAINS(kf_last_error(), "the cache has sm_90a");
+  fx_remove_tree(cache);
+  fx_remove_tree(cache_a);
+  free(cache);
+  free(cache_a);
+}
+
+KF_TEST(open__refuses_sm_100a_on_9_0_naming_what_it_runs_and_has) {
+  const char *arches[] = {"sm_100a", "sm_120a"};
+  char *cache = std_cache(arches, 2);
+  kf_runtime *rt = (kf_runtime *)1;
+  long retained;
+  fresh();
+  retained = fq_stat(FAKE_CUDA_PATH, "retained");
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_NO_MANIFEST);
+  KF_CHECK(rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "which runs sm_90a, sm_90");
+  KF_CHECK_CONTAINS(kf_last_error(), "the cache has sm_100a, sm_120a");
+  KF_CHECK_CONTAINS(kf_last_error(), "compute capability 9.0");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(open__refuses_a_damaged_object_naming_kernel_and_path) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  char *obj = fx_object_path(cache, "m", "sm_90a", "norm", 4);
+  kf_runtime *rt = (kf_runtime *)1;
+  long retained;
+  fresh();
+  retained = fq_stat(FAKE_CUDA_PATH, "retained");
+  KF_CHECK(fx_flip_byte(obj, 10) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_CHECKSUM);
+  KF_CHECK(rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/norm/w4/sm_90a");
+  KF_CHECK_CONTAINS(kf_last_error(), obj);
+  KF_CHECK_CONTAINS(kf_last_error(), "damaged");
+  /* Kernels loaded before the damaged one were unloaded again. */
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") > 0);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained);
+  fx_remove_tree(cache);
+  free(cache);
+  free(obj);
+}
+
+KF_TEST(open__refuses_a_truncated_object) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  char *obj = fx_object_path(cache, "m", "sm_90a", "proj", 4);
+  kf_runtime *rt = NULL;
+  fresh();
+  KF_CHECK(truncate(obj, 5) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_CHECKSUM && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/proj/w4/sm_90a");
+  KF_CHECK_CONTAINS(kf_last_error(), obj);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+  free(obj);
+}
+
+KF_TEST(open__refuses_a_missing_symbol_with_the_drivers_reason) {
+  fx_spec specs[] = {{"norm", 1, NORM_PARAMS, 0, NULL},
+                     {"norm", 2, NORM_PARAMS, 0, "kf_something_else"}};
+  char *cache = fx_tmpdir(), sym[256];
+  kf_runtime *rt = NULL;
+  fresh();
+  KF_CHECK(fx_cache_add(cache, "m", "sm_90a", specs, 2, 1) == 0);
+  fx_symbol("m/norm/w2/sm_90a", sym, sizeof sym);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_SYMBOL && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/norm/w2/sm_90a");
+  KF_CHECK_CONTAINS(kf_last_error(), sym);
+  /* The check macro's record: file:line, statement, driver's own text. */
+  KF_CHECK_CONTAINS(kf_last_error(), "rt_cuda.c:");
+  KF_CHECK_CONTAINS(kf_last_error(), "cuModuleGetFunction(&fn, mod, symbol)");
+  KF_CHECK_CONTAINS(kf_last_error(), "CUDA_ERROR_NOT_FOUND (named symbol not found)");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(open__refuses_a_manifest_of_a_newer_format) {
+  char *cache = fx_tmpdir(), *man;
+  kf_runtime *rt = NULL;
+  fresh();
+  KF_CHECK(fx_cache_add(cache, "m", "sm_90a", STD, NSTD, 2) == 0);
+  man = fx_manifest_path(cache, "m", "sm_90a");
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_FORMAT && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), man);
+  KF_CHECK_CONTAINS(kf_last_error(), "format 2 is newer");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+  free(man);
+}
+
+KF_TEST(open__refuses_a_malformed_manifest_naming_its_path) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  char *man = fx_manifest_path(cache, "m", "sm_90a");
+  kf_runtime *rt = NULL;
+  fresh();
+  KF_CHECK(fx_write_file(man, "{\"format\": 1,\n \"model\": ", 24) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), man);
+  fx_remove_tree(cache);
+  free(cache);
+  free(man);
+}
+
+KF_TEST(open__reports_a_missing_driver_clearly) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime_options o;
+  kf_runtime *rt = NULL;
+  kf_runtime_options_init(&o);
+  o.cache_dir = cache;
+  o.model = "m";
+  o.backend = KF_BACKEND_CUDA;
+  o.driver_path = "/nonexistent/libcuda.so.1";
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_DRIVER && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "cannot open the CUDA driver /nonexistent/libcuda.so.1");
+  /* Auto-detection names both drivers it looked for. */
+  o.backend = KF_BACKEND_AUTO;
+  o.driver_path = NULL;
+  setenv("KFORGE_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  setenv("KFORGE_HIP_RUNTIME", "/nonexistent/libamdhip64.so", 1);
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_DRIVER && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "/nonexistent/libcuda.so.1");
+  KF_CHECK_CONTAINS(kf_last_error(), "/nonexistent/libamdhip64.so");
+  unsetenv("KFORGE_CUDA_DRIVER");
+  unsetenv("KFORGE_HIP_RUNTIME");
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(open__refuses_a_device_ordinal_out_of_range) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime_options o;
+  kf_runtime *rt = NULL;
+  fresh();
+  kf_runtime_options_init(&o);
+  o.cache_dir = cache;
+  o.model = "m";
+  o.device = 1;
+  o.driver_path = FAKE_CUDA_PATH;
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_DEVICE && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "device 1 does not exist");
+  setenv("FAKE_CUDA_INIT_ERROR", "100", 1);
+  o.device = 0;
+  o.backend = KF_BACKEND_CUDA;
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_DEVICE && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "cuInit(0) failed: CUDA_ERROR_NO_DEVICE");
+  unsetenv("FAKE_CUDA_INIT_ERROR");
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(open__refuses_a_model_with_no_manifests_or_a_bad_name) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime_options o;
+  kf_runtime *rt = NULL;
+  fresh();
+  kf_runtime_options_init(&o);
+  o.cache_dir = cache;
+  o.model = "other";
+  o.driver_path = FAKE_CUDA_PATH;
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "no manifests for model 'other'");
+  o.model = "../m";
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_INVALID_ARGUMENT && rt == NULL);
+  KF_CHECK(kf_runtime_open(NULL, &rt) == KF_ERR_INVALID_ARGUMENT);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(find__picks_the_smallest_width_covering_rows) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  const int rows[] = {1, 2, 3, 4, 5, 7, 8}, want[] = {1, 2, 4, 4, 8, 8, 8};
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  for (int i = 0; i < 7; i++) {
+    KF_CHECK(kf_kernel_find(rt, "norm", rows[i], &k) == KF_OK);
+    KF_CHECK(kf_kernel_width(k) == want[i]);
+  }
+  KF_CHECK(kf_kernel_find(rt, "proj", 1, &k) == KF_OK);
+  KF_CHECK_STR_EQ(kf_kernel_id(k), "m/proj/w4/sm_90a");
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(find__rows_above_the_largest_width_get_a_distinct_status) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = (kf_kernel *)1;
+  char reason[512];
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 9, &k) == KF_ERR_NO_WIDTH && k == NULL);
+  KF_CHECK(kf_runtime_error(rt, reason, sizeof reason) == KF_ERR_NO_WIDTH);
+  KF_CHECK_CONTAINS(reason, "largest width of kind 'norm' (8)");
+  KF_CHECK(kf_kernel_find(rt, "proj", 5, &k) == KF_ERR_NO_WIDTH);
+  KF_CHECK(kf_kernel_find(rt, "qkv", 1, &k) == KF_ERR_NO_KIND);
+  KF_CHECK_CONTAINS(kf_last_error(), "kinds: norm, proj");
+  KF_CHECK(kf_kernel_find(rt, "norm", 0, &k) == KF_ERR_INVALID_ARGUMENT);
+  KF_CHECK(KF_ERR_NO_WIDTH != KF_ERR_NO_KIND);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(launch__uses_the_manifests_config_and_passes_the_arguments) {
+  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 4096, NULL}};
+  char *cache = fx_tmpdir(), sym[256];
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000, y = 0x2000;
+  float eps = 0.5f;
+  int rows = 3;
+  kf_arg args[] = {{&x, 8}, {&y, 8}, {&eps, 4}, {&rows, 4}};
+  fq_launch l;
+  float got_eps;
+  fresh();
+  KF_CHECK(fx_cache_add(cache, "m", "sm_90a", specs, 1, 1) == 0);
+  fx_symbol("m/norm/w4/sm_90a", sym, sizeof sym);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 3, &k) == KF_OK);
+  KF_CHECK(kf_kernel_launch(k, (void *)7, args, 4) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 1);
+  fq_last(FAKE_CUDA_PATH, &l);
+  KF_CHECK_STR_EQ(l.name, sym);
+  KF_CHECK(l.grid[0] == 4 && l.grid[1] == 1 && l.grid[2] == 1);
+  KF_CHECK(l.block[0] == 256 && l.block[1] == 1 && l.shared == 4096);
+  KF_CHECK(l.stream == (void *)7 && l.nparams == 4);
+  KF_CHECK(l.params[0] == 0x1000 && l.params[1] == 0x2000);
+  memcpy(&got_eps, &l.params[2], sizeof got_eps);
+  KF_CHECK(got_eps == 0.5f && l.params[3] == 3);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(launch__refuses_a_wrong_argument_count_without_launching) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  int rows = 2;
+  kf_arg args[] = {{&x, 8}, {&x, 8}, {&rows, 4}};
+  char reason[512];
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 2, &k) == KF_OK);
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 3) == KF_ERR_ARGS);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 0);
+  KF_CHECK(kf_kernel_error(k, reason, sizeof reason) == KF_ERR_ARGS);
+  KF_CHECK_CONTAINS(reason, "3 arguments given, its parameters are 4");
+  KF_CHECK_CONTAINS(reason, "const float* x, float* y, float eps, int rows");
+  KF_CHECK_STR_EQ(kf_last_error(), reason);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(launch__refuses_a_wrong_argument_size_without_launching) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  int small = 1, rows = 2;
+  kf_arg args[] = {{&x, 8}, {&small, 4}, {&small, 4}, {&rows, 4}};
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 2, &k) == KF_OK);
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_ERR_ARGS);
+  KF_CHECK_CONTAINS(kf_last_error(), "argument 1 (float* y) is 4 bytes");
+  args[1].size = 8;
+  args[1].value = NULL;
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_ERR_ARGS);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 0);
+  args[1].value = &x;
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 1);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(launch__refuses_rows_outside_one_to_width) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  float eps = 1;
+  int rows = 5;
+  kf_arg args[] = {{&x, 8}, {&x, 8}, {&eps, 4}, {&rows, 4}};
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 4, &k) == KF_OK);
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_ERR_ARGS);
+  KF_CHECK_CONTAINS(kf_last_error(), "rows is 5, must be 1..4");
+  rows = 0;
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_ERR_ARGS);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 0);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(launch__opts_into_shared_memory_above_48_kib) {
+  fx_spec ok[] = {{"attn", 1, "float* o; int rows", 100 * 1024, NULL}};
+  fx_spec too_big[] = {{"attn", 1, "float* o; int rows", 300 * 1024, NULL}};
+  char *cache = fx_tmpdir(), *cache2 = fx_tmpdir();
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t o = 0x10;
+  int rows = 1;
+  kf_arg args[] = {{&o, 8}, {&rows, 4}};
+  fresh();
+  KF_CHECK(fx_cache_add(cache, "m", "sm_90a", ok, 1, 1) == 0);
+  KF_CHECK(fx_cache_add(cache2, "m", "sm_90a", too_big, 1, 1) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "attn", 1, &k) == KF_OK);
+  /* The fake refuses a launch above 48 KiB without the opt-in. */
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 2) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 1);
+  kf_runtime_close(rt);
+  KF_CHECK(open_cuda(cache2, 0, &rt) == KF_ERR_DRIVER && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/attn/w1/sm_90a");
+  KF_CHECK_CONTAINS(kf_last_error(), "cuFuncSetAttribute(");
+  KF_CHECK_CONTAINS(kf_last_error(), "CUDA_ERROR_INVALID_VALUE");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  fx_remove_tree(cache2);
+  free(cache);
+  free(cache2);
+}
+
+KF_TEST(launch__leaves_the_callers_context_as_it_was) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  float eps = 1;
+  int rows = 1;
+  kf_arg args[] = {{&x, 8}, {&x, 8}, {&eps, 4}, {&rows, 4}};
+  int (*get_current)(void **) = (int (*)(void **))fq_sym(FAKE_CUDA_PATH, "cuCtxGetCurrent");
+  void *ctx = (void *)1;
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 1, &k) == KF_OK);
+  /* The fake refuses to launch without a current context; this thread has
+   * none, before and after. */
+  KF_CHECK(get_current(&ctx) == 0 && ctx == NULL);
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_OK);
+  KF_CHECK(get_current(&ctx) == 0 && ctx == NULL);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(lazy__loads_each_kernel_at_its_first_use_only) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  long long n = 64;
+  int rows = 4;
+  kf_arg args[] = {{&x, 8}, {&x, 8}, {&x, 8}, {&n, 8}, {&rows, 4}};
+  fresh();
+  KF_CHECK(open_cuda(cache, 1, &rt) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 0);
+  KF_CHECK(kf_kernel_find(rt, "norm", 3, &k) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 4, &k) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 1);
+  /* A kernel reached by index, not find, loads at its first launch. */
+  for (int i = 0; i < kf_runtime_kernel_count(rt); i++) {
+    KF_CHECK(kf_runtime_kernel(rt, i, &k) == KF_OK);
+    if (strcmp(kf_kernel_kind(k), "proj") == 0)
+      break;
+  }
+  KF_CHECK_STR_EQ(kf_kernel_kind(k), "proj");
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 5) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 2);
+  kf_runtime_close(rt);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(lazy__reports_a_damaged_object_at_find) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  char *obj = fx_object_path(cache, "m", "sm_90a", "norm", 4);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  fresh();
+  KF_CHECK(fx_flip_byte(obj, 12) == 0);
+  KF_CHECK(open_cuda(cache, 1, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 3, &k) == KF_ERR_CHECKSUM && k == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/norm/w4/sm_90a");
+  KF_CHECK_CONTAINS(kf_last_error(), obj);
+  /* Sticky: the object is not re-read and accepted later. */
+  KF_CHECK(kf_kernel_find(rt, "norm", 4, &k) == KF_ERR_CHECKSUM);
+  KF_CHECK(kf_kernel_find(rt, "norm", 2, &k) == KF_OK);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+  free(obj);
+}
+
+/* A snapshot of a tree: every path with its size, mode, mtime and bytes. */
+typedef struct snap {
+  char *text;
+  size_t len, cap;
+} snap;
+
+static void snap_add(snap *s, const char *line) {
+  size_t n = strlen(line);
+  if (s->len + n + 1 > s->cap) {
+    s->cap = (s->len + n + 1) * 2;
+    s->text = realloc(s->text, s->cap);
+  }
+  memcpy(s->text + s->len, line, n + 1);
+  s->len += n;
+}
+
+static void snap_tree(snap *s, const char *path) {
+  struct stat st;
+  char line[8192];
+  if (lstat(path, &st) != 0)
+    return;
+  snprintf(line, sizeof line, "%s %o %lld %lld.%09ld\n", path, st.st_mode, (long long)st.st_size,
+           (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  snap_add(s, line);
+  if (S_ISREG(st.st_mode)) {
+    FILE *f = fopen(path, "rb");
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    line[n] = '\0';
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+      if (line[i] == '\0')
+        line[i] = '.';
+    snap_add(s, line);
+  } else if (S_ISDIR(st.st_mode)) {
+    struct dirent **names;
+    int n = scandir(path, &names, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+      if (strcmp(names[i]->d_name, ".") && strcmp(names[i]->d_name, "..")) {
+        char *child;
+        if (asprintf(&child, "%s/%s", path, names[i]->d_name) >= 0) {
+          snap_tree(s, child);
+          free(child);
+        }
+      }
+      free(names[i]);
+    }
+    free(names);
+  }
+}
+
+static void chmod_tree(const char *path, int writable) {
+  char *cmd;
+  if (asprintf(&cmd, "chmod -R %s '%s'", writable ? "u+w" : "a-w", path) >= 0) {
+    if (system(cmd) != 0)
+      abort();
+    free(cmd);
+  }
+}
+
+KF_TEST(readonly__open_find_launch_never_write_the_cache) {
+  const char *arches[] = {"sm_90a", "sm_100a"};
+  char *cache = std_cache(arches, 2);
+  snap before = {0}, after = {0};
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  kf_resources res;
+  uintptr_t x = 0x1000;
+  float eps = 1;
+  int rows = 1;
+  kf_arg args[] = {{&x, 8}, {&x, 8}, {&eps, 4}, {&rows, 4}};
+  fresh();
+  chmod_tree(cache, 0);
+  snap_tree(&before, cache);
+  /* mtimes have nanoseconds; let a write, if any, land on a later one. */
+  usleep(20000);
+  for (int lazy = 0; lazy < 2; lazy++) {
+    KF_CHECK(open_cuda(cache, lazy, &rt) == KF_OK);
+    KF_CHECK(kf_kernel_find(rt, "norm", 1, &k) == KF_OK);
+    KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_OK);
+    KF_CHECK(kf_kernel_resources(k, &res) == KF_OK);
+    kf_runtime_close(rt);
+  }
+  snap_tree(&after, cache);
+  KF_CHECK(before.len > 0);
+  KF_CHECK_STR_EQ(after.text, before.text);
+  chmod_tree(cache, 1);
+  free(before.text);
+  free(after.text);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(introspection__params_launch_config_and_resources) {
+  fx_spec specs[] = {{"proj", 4, PROJ_PARAMS, 512, NULL}};
+  char *cache = fx_tmpdir(), *meta;
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  const char *name, *type;
+  size_t size;
+  unsigned grid[3], block[3], shared;
+  kf_resources res;
+  fresh();
+  KF_CHECK(fx_cache_add(cache, "m", "sm_90a", specs, 1, 1) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "proj", 2, &k) == KF_OK);
+  KF_CHECK(kf_kernel_param_count(k) == 5);
+  KF_CHECK(kf_kernel_param(k, 3, &name, &type, &size) == KF_OK);
+  KF_CHECK_STR_EQ(name, "n");
+  KF_CHECK_STR_EQ(type, "long long");
+  KF_CHECK(size == 8);
+  KF_CHECK(kf_kernel_param(k, 5, &name, &type, &size) == KF_ERR_INVALID_ARGUMENT);
+  KF_CHECK(kf_kernel_launch_config(k, grid, block, &shared) == KF_OK);
+  KF_CHECK(grid[0] == 4 && block[0] == 256 && shared == 512);
+  KF_CHECK(kf_kernel_resources(k, &res) == KF_OK);
+  KF_CHECK(res.registers == 36 && res.spill_stores == 4 && res.spill_loads == 8 &&
+           res.stack_bytes == 16 && res.shared_bytes == 1024);
+  kf_runtime_close(rt);
+  /* A missing meta.json fails introspection, not open. */
+  meta = fx_meta_path(cache, "m", "sm_90a", "proj", 4);
+  KF_CHECK(remove(meta) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "proj", 2, &k) == KF_OK);
+  KF_CHECK(kf_kernel_resources(k, &res) == KF_ERR_BAD_META);
+  KF_CHECK_CONTAINS(kf_last_error(), meta);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+  free(meta);
+}
+
+KF_TEST(errors__statuses_have_distinct_texts_and_handles_keep_theirs) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *a = NULL, *b = NULL;
+  char ra[512], rb[512];
+  int rows = 1;
+  kf_arg args[] = {{&rows, 4}};
+  for (int i = 0; i <= KF_ERR_BAD_META; i++)
+    for (int j = 0; j < i; j++)
+      KF_CHECK(strcmp(kf_strerror((kf_status)i), kf_strerror((kf_status)j)));
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 1, &a) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 2, &b) == KF_OK);
+  KF_CHECK(kf_kernel_error(a, ra, sizeof ra) == KF_OK && ra[0] == '\0');
+  KF_CHECK(kf_kernel_launch(a, NULL, args, 1) == KF_ERR_ARGS);
+  KF_CHECK(kf_kernel_error(a, ra, sizeof ra) == KF_ERR_ARGS);
+  KF_CHECK_CONTAINS(ra, "m/norm/w1/sm_90a");
+  KF_CHECK(kf_kernel_error(b, rb, sizeof rb) == KF_OK && rb[0] == '\0');
+  KF_CHECK(kf_runtime_error(rt, rb, sizeof rb) == KF_OK);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+static kf_status open_hip(const char *cache, kf_runtime **rt) {
+  kf_runtime_options o;
+  kf_runtime_options_init(&o);
+  o.cache_dir = cache;
+  o.model = "m";
+  o.backend = KF_BACKEND_HIP;
+  o.driver_path = FAKE_HIP_PATH;
+  return kf_runtime_open(&o, rt);
+}
+
+KF_TEST(hip__picks_the_manifest_whose_target_features_match) {
+  const char *arches[] = {"gfx942", "gfx942:xnack+", "gfx942:xnack-", "gfx90a"};
+  char *cache = std_cache(arches, 4);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  float eps = 1;
+  int rows = 2;
+  kf_arg args[] = {{&x, 8}, {&x, 8}, {&eps, 4}, {&rows, 4}};
+  setenv("FAKE_HIP_ARCH", "gfx942:sramecc+:xnack-", 1);
+  fq_reset(FAKE_HIP_PATH);
+  KF_CHECK(open_hip(cache, &rt) == KF_OK);
+  KF_CHECK_STR_EQ(kf_runtime_arch(rt), "gfx942:xnack-");
+  KF_CHECK_STR_EQ(kf_runtime_device_arch(rt), "gfx942:sramecc+:xnack-");
+  KF_CHECK(kf_runtime_backend(rt) == KF_BACKEND_HIP);
+  KF_CHECK(kf_kernel_find(rt, "norm", 2, &k) == KF_OK);
+  KF_CHECK_STR_EQ(kf_kernel_id(k), "m/norm/w2/gfx942:xnack-");
+  KF_CHECK(kf_kernel_launch(k, (void *)3, args, 4) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_HIP_PATH, "launches") == 1);
+  kf_runtime_close(rt);
+  KF_CHECK(fq_stat(FAKE_HIP_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(hip__refuses_other_gfx_naming_what_it_runs_and_has) {
+  const char *arches[] = {"gfx90a", "gfx942:xnack+"};
+  char *cache = std_cache(arches, 2);
+  kf_runtime *rt = NULL;
+  setenv("FAKE_HIP_ARCH", "gfx942:sramecc+:xnack-", 1);
+  KF_CHECK(open_hip(cache, &rt) == KF_ERR_NO_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "device 0 is gfx942:sramecc+:xnack-");
+  KF_CHECK_CONTAINS(kf_last_error(), "gfx942:xnack-, gfx942;");
+  KF_CHECK_CONTAINS(kf_last_error(), "the cache has gfx90a, gfx942:xnack+");
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(hip__launch_selects_the_device_and_restores_the_callers) {
+  const char *arches[] = {"gfx942"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  float eps = 1;
+  int rows = 1, dev = -1;
+  kf_arg args[] = {{&x, 8}, {&x, 8}, {&eps, 4}, {&rows, 4}};
+  int (*set_device)(int) = (int (*)(int))fq_sym(FAKE_HIP_PATH, "hipSetDevice");
+  int (*get_device)(int *) = (int (*)(int *))fq_sym(FAKE_HIP_PATH, "hipGetDevice");
+  setenv("FAKE_HIP_ARCH", "gfx942:sramecc+:xnack-", 1);
+  setenv("FAKE_HIP_DEVICES", "2", 1);
+  fq_reset(FAKE_HIP_PATH);
+  KF_CHECK(open_hip(cache, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 1, &k) == KF_OK);
+  KF_CHECK(set_device(1) == 0);
+  /* The fake refuses launches on device 1; the runtime's device is 0. */
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_OK);
+  KF_CHECK(get_device(&dev) == 0 && dev == 1);
+  KF_CHECK(set_device(0) == 0);
+  kf_runtime_close(rt);
+  unsetenv("FAKE_HIP_DEVICES");
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST(auto__falls_back_to_hip_when_cuda_is_absent) {
+  const char *arches[] = {"gfx942", "sm_90a"};
+  char *cache = std_cache(arches, 2);
+  kf_runtime_options o;
+  kf_runtime *rt = NULL;
+  kf_runtime_options_init(&o);
+  o.cache_dir = cache;
+  o.model = "m";
+  setenv("FAKE_HIP_ARCH", "gfx942:sramecc+:xnack-", 1);
+  setenv("KFORGE_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  setenv("KFORGE_HIP_RUNTIME", FAKE_HIP_PATH, 1);
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_OK);
+  KF_CHECK(kf_runtime_backend(rt) == KF_BACKEND_HIP);
+  KF_CHECK_STR_EQ(kf_runtime_arch(rt), "gfx942");
+  kf_runtime_close(rt);
+  /* With the CUDA driver there, it is preferred. */
+  setenv("KFORGE_CUDA_DRIVER", FAKE_CUDA_PATH, 1);
+  setenv("FAKE_CUDA_CC", "90", 1);
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_OK);
+  KF_CHECK(kf_runtime_backend(rt) == KF_BACKEND_CUDA);
+  KF_CHECK_STR_EQ(kf_runtime_arch(rt), "sm_90a");
+  kf_runtime_close(rt);
+  unsetenv("KFORGE_CUDA_DRIVER");
+  unsetenv("KFORGE_HIP_RUNTIME");
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+KF_TEST_MAIN()
