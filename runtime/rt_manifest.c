@@ -13,19 +13,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where the parser is, so that a reason can name the field. The name is
+ * only spelled out when something is wrong: formatting it for every field
+ * of every kernel was most of the time a server spent opening a cache. */
 typedef struct parse_ctx {
   const char *path;
   rt_err *err;
+  int kernel;      /* index in "kernels", or -1 at the root */
+  int param;       /* index in the kernel's "params", or -1 */
+  const char *sub; /* "launch" while in the launch object, or NULL */
 } parse_ctx;
 
-static kf_status bad(parse_ctx *c, const char *field, const char *fmt, ...) RT_PRINTF(3, 4);
+static void field_name(const parse_ctx *c, const char *key, char *out, size_t n) {
+  size_t o = 0;
+  if (c->kernel >= 0)
+    o += (size_t)snprintf(out + o, n - o, "kernels[%d].", c->kernel);
+  if (c->param >= 0 && o < n)
+    o += (size_t)snprintf(out + o, n - o, "params[%d].", c->param);
+  if (c->sub && o < n)
+    o += (size_t)snprintf(out + o, n - o, "%s.", c->sub);
+  if (o < n)
+    snprintf(out + o, n - o, "%s", key);
+}
 
-static kf_status bad(parse_ctx *c, const char *field, const char *fmt, ...) {
-  char msg[512];
+static kf_status bad(parse_ctx *c, const char *key, const char *fmt, ...) RT_PRINTF(3, 4);
+
+static kf_status bad(parse_ctx *c, const char *key, const char *fmt, ...) {
+  char msg[512], field[256];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  field_name(c, key, field, sizeof field);
   return rt_err_set(c->err, KF_ERR_BAD_MANIFEST, "%s: %s: error: %s", c->path, field, msg);
 }
 
@@ -42,13 +61,10 @@ size_t rt_type_size(const char *type) {
   return 0;
 }
 
-static const char *get_string(parse_ctx *c, const cJSON *obj, const char *key, const char *where,
-                              kf_status *st) {
+static const char *get_string(parse_ctx *c, const cJSON *obj, const char *key, kf_status *st) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  char field[256];
-  snprintf(field, sizeof field, "%s%s", where, key);
   if (!cJSON_IsString(v) || !v->valuestring || !v->valuestring[0]) {
-    *st = bad(c, field, v ? "must be a non-empty string" : "missing");
+    *st = bad(c, key, v ? "must be a non-empty string" : "missing");
     return NULL;
   }
   return v->valuestring;
@@ -130,57 +146,53 @@ void rt_manifest_free(rt_manifest *m) {
   memset(m, 0, sizeof *m);
 }
 
-static kf_status parse_dim3(parse_ctx *c, const cJSON *launch, const char *key, const char *where,
-                            long long lo, unsigned out[3]) {
+static kf_status parse_dim3(parse_ctx *c, const cJSON *launch, const char *key, long long lo,
+                            unsigned out[3]) {
   const cJSON *arr = cJSON_GetObjectItemCaseSensitive(launch, key);
-  char field[256];
   kf_status st = KF_OK;
-  snprintf(field, sizeof field, "%s%s", where, key);
   if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 3)
-    return bad(c, field, arr ? "must be an array of 3 integers" : "missing");
-  for (int i = 0; i < 3; i++) {
+    return bad(c, key, arr ? "must be an array of 3 integers" : "missing");
+  int i = 0;
+  for (const cJSON *e = arr->child; e; e = e->next, i++) {
     long long v;
-    char f[300];
-    snprintf(f, sizeof f, "%s[%d]", field, i);
-    if (get_int(c, cJSON_GetArrayItem(arr, i), f, (double)lo, 2147483647.0, &v, &st) != 0)
-      return st;
-    out[i] = (unsigned)v;
+    if (!cJSON_IsNumber(e) || e->valuedouble < (double)lo || e->valuedouble > 2147483647.0 ||
+        e->valuedouble != (double)(long long)e->valuedouble) {
+      char f[64];
+      snprintf(f, sizeof f, "%s[%d]", key, i);
+      return get_int(c, e, f, (double)lo, 2147483647.0, &v, &st), st;
+    }
+    out[i] = (unsigned)e->valuedouble;
   }
   return KF_OK;
 }
 
-static kf_status parse_params(parse_ctx *c, const cJSON *arr, const char *where, rt_kdesc *k) {
-  char field[256];
+static kf_status parse_params(parse_ctx *c, const cJSON *arr, rt_kdesc *k) {
   kf_status st = KF_OK;
   int n;
-  snprintf(field, sizeof field, "%sparams", where);
   if (!cJSON_IsArray(arr))
-    return bad(c, field, arr ? "must be an array" : "missing");
+    return bad(c, "params", arr ? "must be an array" : "missing");
   n = cJSON_GetArraySize(arr);
   if (n > RT_MAX_PARAMS)
-    return bad(c, field, "%d parameters, at most %d supported", n, RT_MAX_PARAMS);
+    return bad(c, "params", "%d parameters, at most %d supported", n, RT_MAX_PARAMS);
   k->params = calloc((size_t)(n ? n : 1), sizeof *k->params);
   if (!k->params)
     return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
-  for (int i = 0; i < n; i++) {
-    const cJSON *p = cJSON_GetArrayItem(arr, i);
-    char pw[128];
+  int i = 0;
+  for (const cJSON *p = arr->child; p; p = p->next, i++) {
     const char *name, *type;
     long long size;
     size_t want;
-    snprintf(pw, sizeof pw, "%sparams[%d].", where, i);
     if (!cJSON_IsObject(p))
-      return bad(c, field, "element %d must be an object", i);
-    if (!(name = get_string(c, p, "name", pw, &st)) || !(type = get_string(c, p, "type", pw, &st)))
+      return bad(c, "params", "element %d must be an object", i);
+    c->param = i;
+    if (!(name = get_string(c, p, "name", &st)) || !(type = get_string(c, p, "type", &st)))
       return st;
-    snprintf(field, sizeof field, "%stype", pw);
     if ((want = rt_type_size(type)) == 0)
-      return bad(c, field, "unknown type '%s'", type);
-    snprintf(field, sizeof field, "%ssize", pw);
-    if (get_int(c, cJSON_GetObjectItemCaseSensitive(p, "size"), field, 1, 64, &size, &st) != 0)
+      return bad(c, "type", "unknown type '%s'", type);
+    if (get_int(c, cJSON_GetObjectItemCaseSensitive(p, "size"), "size", 1, 64, &size, &st) != 0)
       return st;
     if ((size_t)size != want)
-      return bad(c, field, "%lld does not match type '%s' (%zu bytes)", size, type, want);
+      return bad(c, "size", "%lld does not match type '%s' (%zu bytes)", size, type, want);
     k->params[i].name = dup(name);
     k->params[i].type = dup(type);
     k->params[i].size = want;
@@ -188,75 +200,79 @@ static kf_status parse_params(parse_ctx *c, const cJSON *arr, const char *where,
     if (!k->params[i].name || !k->params[i].type)
       return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
   }
+  c->param = -1;
   return KF_OK;
+}
+
+/* id == "<model>/<kind>/w<width>/<arch>", compared without formatting. */
+static int id_matches(const char *id, const rt_manifest *m, const char *kind, long long width) {
+  size_t n = strlen(m->model);
+  if (strncmp(id, m->model, n) != 0 || id[n] != '/')
+    return 0;
+  id += n + 1;
+  n = strlen(kind);
+  if (strncmp(id, kind, n) != 0 || id[n] != '/' || id[n + 1] != 'w')
+    return 0;
+  id += n + 2;
+  char *end;
+  if (strtoll(id, &end, 10) != width || end == id || *end != '/')
+    return 0;
+  return strcmp(end + 1, m->arch) == 0;
 }
 
 static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const rt_manifest *m,
                               rt_kdesc *k) {
-  char where[64], field[128], want_id[512];
   const char *id, *kind, *key, *object, *meta, *checksum, *symbol;
   const cJSON *launch;
   long long width, size, shared;
   unsigned char keybin[16];
   kf_status st = KF_OK;
 
-  snprintf(where, sizeof where, "kernels[%d].", index);
   if (!cJSON_IsObject(obj))
     return bad(c, "kernels", "element %d must be an object", index);
-  if (!(id = get_string(c, obj, "id", where, &st)) ||
-      !(kind = get_string(c, obj, "kind", where, &st)) ||
-      !(key = get_string(c, obj, "key", where, &st)) ||
-      !(object = get_string(c, obj, "object", where, &st)) ||
-      !(meta = get_string(c, obj, "meta", where, &st)) ||
-      !(checksum = get_string(c, obj, "checksum", where, &st)) ||
-      !(symbol = get_string(c, obj, "symbol", where, &st)))
+  c->kernel = index;
+  if (!(id = get_string(c, obj, "id", &st)) || !(kind = get_string(c, obj, "kind", &st)) ||
+      !(key = get_string(c, obj, "key", &st)) || !(object = get_string(c, obj, "object", &st)) ||
+      !(meta = get_string(c, obj, "meta", &st)) ||
+      !(checksum = get_string(c, obj, "checksum", &st)) ||
+      !(symbol = get_string(c, obj, "symbol", &st)))
     return st;
-  snprintf(field, sizeof field, "%swidth", where);
-  if (get_int(c, cJSON_GetObjectItemCaseSensitive(obj, "width"), field, 1, 1 << 20, &width, &st) !=
-      0)
-    return st;
-  snprintf(field, sizeof field, "%ssize", where);
-  if (get_int(c, cJSON_GetObjectItemCaseSensitive(obj, "size"), field, 0, 9007199254740992.0, &size,
+  if (get_int(c, cJSON_GetObjectItemCaseSensitive(obj, "width"), "width", 1, 1 << 20, &width,
               &st) != 0)
     return st;
+  if (get_int(c, cJSON_GetObjectItemCaseSensitive(obj, "size"), "size", 0, 9007199254740992.0,
+              &size, &st) != 0)
+    return st;
 
-  snprintf(field, sizeof field, "%skind", where);
   if (!valid_kind(kind))
-    return bad(c, field, "'%s' is not [a-z0-9_]+", kind);
-  snprintf(want_id, sizeof want_id, "%s/%s/w%lld/%s", m->model, kind, width, m->arch);
-  snprintf(field, sizeof field, "%sid", where);
-  if (strcmp(id, want_id) != 0)
-    return bad(c, field, "'%s' does not match model/kind/width/arch '%s'", id, want_id);
-  snprintf(field, sizeof field, "%skey", where);
+    return bad(c, "kind", "'%s' is not [a-z0-9_]+", kind);
+  if (!id_matches(id, m, kind, width))
+    return bad(c, "id", "'%s' does not match model/kind/width/arch '%s/%s/w%lld/%s'", id, m->model,
+               kind, width, m->arch);
   if (rt_unhex16(key, keybin) != 0)
-    return bad(c, field, "must be 32 hex digits");
-  snprintf(field, sizeof field, "%schecksum", where);
+    return bad(c, "key", "must be 32 hex digits");
   if (rt_unhex16(checksum, k->checksum) != 0)
-    return bad(c, field, "must be 32 hex digits");
-  snprintf(field, sizeof field, "%sobject", where);
+    return bad(c, "checksum", "must be 32 hex digits");
   if (!valid_relpath(object))
-    return bad(c, field, "'%s' must be a path relative to the cache's v1/", object);
-  snprintf(field, sizeof field, "%smeta", where);
+    return bad(c, "object", "'%s' must be a path relative to the cache's v1/", object);
   if (!valid_relpath(meta))
-    return bad(c, field, "'%s' must be a path relative to the cache's v1/", meta);
-  snprintf(field, sizeof field, "%ssymbol", where);
+    return bad(c, "meta", "'%s' must be a path relative to the cache's v1/", meta);
   if (!valid_symbol(symbol))
-    return bad(c, field, "'%s' is not a C identifier", symbol);
+    return bad(c, "symbol", "'%s' is not a C identifier", symbol);
 
-  if ((st = parse_params(c, cJSON_GetObjectItemCaseSensitive(obj, "params"), where, k)) != KF_OK)
+  if ((st = parse_params(c, cJSON_GetObjectItemCaseSensitive(obj, "params"), k)) != KF_OK)
     return st;
   launch = cJSON_GetObjectItemCaseSensitive(obj, "launch");
-  snprintf(field, sizeof field, "%slaunch", where);
   if (!cJSON_IsObject(launch))
-    return bad(c, field, launch ? "must be an object" : "missing");
-  snprintf(field, sizeof field, "%slaunch.", where);
-  if ((st = parse_dim3(c, launch, "grid", field, 1, k->grid)) != KF_OK ||
-      (st = parse_dim3(c, launch, "block", field, 1, k->block)) != KF_OK)
+    return bad(c, "launch", launch ? "must be an object" : "missing");
+  c->sub = "launch";
+  if ((st = parse_dim3(c, launch, "grid", 1, k->grid)) != KF_OK ||
+      (st = parse_dim3(c, launch, "block", 1, k->block)) != KF_OK)
     return st;
-  snprintf(field, sizeof field, "%slaunch.shared_bytes", where);
-  if (get_int(c, cJSON_GetObjectItemCaseSensitive(launch, "shared_bytes"), field, 0, 2147483647.0,
-              &shared, &st) != 0)
+  if (get_int(c, cJSON_GetObjectItemCaseSensitive(launch, "shared_bytes"), "shared_bytes", 0,
+              2147483647.0, &shared, &st) != 0)
     return st;
+  c->sub = NULL;
 
   k->width = (int)width;
   k->size = (unsigned long long)size;
@@ -269,7 +285,12 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const r
   k->meta = dup(meta);
   if (!k->id || !k->kind || !k->key || !k->symbol || !k->object || !k->meta)
     return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  c->kernel = -1;
   return KF_OK;
+}
+
+static int cmp_kdesc_id(const void *a, const void *b) {
+  return strcmp((*(const rt_kdesc *const *)a)->id, (*(const rt_kdesc *const *)b)->id);
 }
 
 /* 1-based line and column of offset pos in text. */
@@ -306,9 +327,8 @@ static kf_status parse_root(parse_ctx *c, const cJSON *root, rt_manifest *m) {
                       "that wrote the cache",
                       c->path, format, KF_MANIFEST_FORMAT);
   m->format = (int)format;
-  if (!(model = get_string(c, root, "model", "", &st)) ||
-      !(arch = get_string(c, root, "arch", "", &st)) ||
-      !(backend = get_string(c, root, "backend", "", &st)))
+  if (!(model = get_string(c, root, "model", &st)) || !(arch = get_string(c, root, "arch", &st)) ||
+      !(backend = get_string(c, root, "backend", &st)))
     return st;
   if (strcmp(backend, "cuda") == 0)
     m->backend = KF_BACKEND_CUDA;
@@ -330,23 +350,34 @@ static kf_status parse_root(parse_ctx *c, const cJSON *root, rt_manifest *m) {
   m->kernels = calloc((size_t)(n ? n : 1), sizeof *m->kernels);
   if (!m->kernels)
     return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
-  for (int i = 0; i < n; i++) {
+  int i = 0;
+  for (const cJSON *e = kernels->child; e; e = e->next, i++) {
     m->nkernels = i + 1;
-    if ((st = parse_kernel(c, cJSON_GetArrayItem(kernels, i), i, m, &m->kernels[i])) != KF_OK)
+    if ((st = parse_kernel(c, e, i, m, &m->kernels[i])) != KF_OK)
       return st;
-    for (int j = 0; j < i; j++)
-      if (strcmp(m->kernels[j].id, m->kernels[i].id) == 0) {
-        char field[64];
-        snprintf(field, sizeof field, "kernels[%d].id", i);
-        return bad(c, field, "'%s' repeats kernels[%d]", m->kernels[i].id, j);
-      }
   }
+  /* ids are unique: sort a view of them and compare neighbours */
+  const rt_kdesc **byid = calloc((size_t)(n ? n : 1), sizeof *byid);
+  if (!byid)
+    return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  for (i = 0; i < n; i++)
+    byid[i] = &m->kernels[i];
+  qsort(byid, (size_t)n, sizeof *byid, cmp_kdesc_id);
+  for (i = 1; i < n; i++)
+    if (strcmp(byid[i]->id, byid[i - 1]->id) == 0) {
+      int a = (int)(byid[i - 1] - m->kernels), b = (int)(byid[i] - m->kernels);
+      c->kernel = a > b ? a : b;
+      st = bad(c, "id", "'%s' repeats kernels[%d]", byid[i]->id, a < b ? a : b);
+      free(byid);
+      return st;
+    }
+  free(byid);
   return KF_OK;
 }
 
 kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_manifest *m,
                             rt_err *err) {
-  parse_ctx c = {path, err};
+  parse_ctx c = {path, err, -1, -1, NULL};
   const char *end = NULL;
   cJSON *root;
   kf_status st;
