@@ -210,6 +210,14 @@ struct kf_runtime {
 /* Loads k (object read, size and checksum checked, symbol resolved) unless
  * already loaded; safe from many threads. The failure is sticky. */
 kf_status rt_kernel_load(kf_kernel *k, rt_err *err);
+/* Reads a kernel's object and checks its size and checksum against the
+ * manifest; *image (caller frees) is NULL on failure. Touches no driver and
+ * no kernel state, so it may run on any thread. */
+kf_status rt_kernel_read(const kf_kernel *k, char **image, rt_err *err);
+/* Loads a kernel from an image rt_kernel_read produced (read_status and
+ * read_err are its outcome), once, like rt_kernel_load. Frees image. */
+kf_status rt_kernel_load_read(kf_kernel *k, char *image, kf_status read_status,
+                              const rt_err *read_err, rt_err *err);
 void rt_kernel_unload(kf_kernel *k);
 
 #endif /* KFORGE_RT_INTERNAL_H */

@@ -9,27 +9,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kf_status load_object(kf_kernel *k, rt_err *err) {
-  kf_runtime *rt = k->rt;
+kf_status rt_kernel_read(const kf_kernel *k, char **image, rt_err *err) {
   const rt_kdesc *d = k->d;
   unsigned char sum[16];
-  char *image;
   size_t len;
   kf_status st;
 
-  if ((st = rt_file_read(k->object_path, &image, &len, err)) != KF_OK)
+  *image = NULL;
+  if ((st = rt_file_read(k->object_path, image, &len, err)) != KF_OK)
     return rt_err_prefix(err, "kernel %s: ", d->id);
   if (len != d->size) {
-    free(image);
+    free(*image);
+    *image = NULL;
     return rt_err_set(err, KF_ERR_CHECKSUM,
                       "kernel %s: object %s is damaged: %zu bytes, the "
                       "manifest says %llu (rebuild it with kforge warm)",
                       d->id, k->object_path, len, d->size);
   }
-  rt_xxh128(image, len, sum);
+  rt_xxh128(*image, len, sum);
   if (memcmp(sum, d->checksum, 16) != 0) {
     char got[33], want[33];
-    free(image);
+    free(*image);
+    *image = NULL;
     rt_hex16(sum, got);
     rt_hex16(d->checksum, want);
     return rt_err_set(err, KF_ERR_CHECKSUM,
@@ -37,7 +38,14 @@ static kf_status load_object(kf_kernel *k, rt_err *err) {
                       "the manifest says %s (rebuild it with kforge warm)",
                       d->id, k->object_path, got, want);
   }
-  st = rt->drv.load(&rt->drv, image, d->symbol, d->shared, &k->module, &k->function, err);
+  return KF_OK;
+}
+
+/* Hands a checked image to the driver; takes ownership of image. */
+static kf_status load_image(kf_kernel *k, char *image, rt_err *err) {
+  kf_runtime *rt = k->rt;
+  const rt_kdesc *d = k->d;
+  kf_status st = rt->drv.load(&rt->drv, image, d->symbol, d->shared, &k->module, &k->function, err);
   free(image);
   if (st == KF_ERR_SYMBOL)
     return rt_err_prefix(err, "kernel %s: entry symbol %s is missing from %s: ", d->id, d->symbol,
@@ -45,6 +53,35 @@ static kf_status load_object(kf_kernel *k, rt_err *err) {
   if (st != KF_OK)
     return rt_err_prefix(err, "kernel %s: cannot load %s: ", d->id, k->object_path);
   return KF_OK;
+}
+
+static kf_status load_object(kf_kernel *k, rt_err *err) {
+  char *image;
+  kf_status st = rt_kernel_read(k, &image, err);
+  return st == KF_OK ? load_image(k, image, err) : st;
+}
+
+kf_status rt_kernel_load_read(kf_kernel *k, char *image, kf_status read_status,
+                              const rt_err *read_err, rt_err *err) {
+  kf_status st = KF_OK;
+  pthread_mutex_lock(&k->mu);
+  if (atomic_load_explicit(&k->state, memory_order_relaxed) == RT_UNLOADED) {
+    if (read_status == KF_OK) {
+      st = load_image(k, image, &k->load_err);
+      image = NULL;
+    } else {
+      k->load_err = *read_err;
+      st = read_status;
+    }
+    atomic_store_explicit(&k->state, st == KF_OK ? RT_LOADED : RT_FAILED, memory_order_release);
+  }
+  free(image);
+  if (atomic_load_explicit(&k->state, memory_order_relaxed) == RT_FAILED) {
+    *err = k->load_err;
+    st = err->status;
+  }
+  pthread_mutex_unlock(&k->mu);
+  return st;
 }
 
 kf_status rt_kernel_load(kf_kernel *k, rt_err *err) {

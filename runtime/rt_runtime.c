@@ -5,6 +5,8 @@
  * runtime_free, which undoes exactly what was done. */
 #include "rt_internal.h"
 
+#include <pthread.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -221,6 +223,80 @@ static void runtime_free(kf_runtime *rt) {
   free(rt);
 }
 
+/* Eager loading: a reader thread reads and checksums the objects in order
+ * while this thread hands each one to the driver as soon as it is ready, so
+ * file reading and hashing hide behind module loading (the driver's part is
+ * the floor of any loader). */
+typedef struct {
+  kf_runtime *rt;
+  char **images;
+  kf_status *status;
+  rt_err *errs;
+  int ready; /* objects read so far */
+  int stop;  /* the loader gave up: read no further */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} prefetch;
+
+static void *prefetch_main(void *arg) {
+  prefetch *p = arg;
+  for (int i = 0; i < p->rt->nkernels; i++) {
+    pthread_mutex_lock(&p->mu);
+    int stop = p->stop;
+    pthread_mutex_unlock(&p->mu);
+    if (stop)
+      break;
+    p->status[i] = rt_kernel_read(&p->rt->kernels[i], &p->images[i], &p->errs[i]);
+    pthread_mutex_lock(&p->mu);
+    p->ready = i + 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+  }
+  return NULL;
+}
+
+static kf_status load_all(kf_runtime *rt, rt_err *err) {
+  int n = rt->nkernels;
+  kf_status st = KF_OK;
+  prefetch p = {rt, NULL, NULL, NULL, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+  pthread_t reader;
+  if (n == 0)
+    return KF_OK;
+  p.images = calloc((size_t)n, sizeof *p.images);
+  p.status = calloc((size_t)n, sizeof *p.status);
+  p.errs = calloc((size_t)n, sizeof *p.errs);
+  if (!p.images || !p.status || !p.errs || pthread_create(&reader, NULL, prefetch_main, &p) != 0) {
+    /* no memory or thread to spare: load one by one */
+    free(p.images);
+    free(p.status);
+    free(p.errs);
+    for (int i = 0; i < n && st == KF_OK; i++)
+      st = rt_kernel_load(&rt->kernels[i], err);
+    return st;
+  }
+  int i = 0;
+  for (; i < n; i++) {
+    pthread_mutex_lock(&p.mu);
+    while (p.ready <= i)
+      pthread_cond_wait(&p.cv, &p.mu);
+    pthread_mutex_unlock(&p.mu);
+    st = rt_kernel_load_read(&rt->kernels[i], p.images[i], p.status[i], &p.errs[i], err);
+    p.images[i] = NULL;
+    if (st != KF_OK)
+      break;
+  }
+  pthread_mutex_lock(&p.mu);
+  p.stop = 1;
+  pthread_mutex_unlock(&p.mu);
+  pthread_join(reader, NULL);
+  for (int j = i + 1; j < n; j++)
+    free(p.images[j]);
+  free(p.images);
+  free(p.status);
+  free(p.errs);
+  return st;
+}
+
 kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
   rt_err err;
   kf_runtime *rt;
@@ -290,10 +366,8 @@ kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
   }
   if ((st = index_kernels(rt, &err)) != KF_OK)
     goto fail;
-  if (!rt->lazy)
-    for (int i = 0; i < rt->nkernels; i++)
-      if ((st = rt_kernel_load(&rt->kernels[i], &err)) != KF_OK)
-        goto fail;
+  if (!rt->lazy && (st = load_all(rt, &err)) != KF_OK)
+    goto fail;
   free(path);
   *out = rt;
   return KF_OK;
