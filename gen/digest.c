@@ -127,7 +127,7 @@ struct kf_digest {
   char *deps_dir;
   int write_deps;
   CXIndex index;
-  kf_strv absent_ok; /* paths already seen absent in this run */
+  kf_strv absent_ok;             /* paths already seen absent in this run */
   struct shared_closure *shared; /* closures parsed in this run */
 };
 

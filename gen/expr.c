@@ -3,6 +3,7 @@
 #include "expr.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,8 @@ static kf_value parse_atom(parser *ps) {
     v = parse_atom(ps);
     if (v.is_float)
       v.f = -v.f;
+    else if (v.i == INT64_MIN)
+      fail(ps, "integer overflow%s", "");
     else
       v.i = -v.i;
     return v;
@@ -80,7 +83,12 @@ static kf_value parse_atom(parser *ps) {
       v.is_float = 1;
       v.f = strtod(num, &end);
     } else {
+      errno = 0;
       v.i = strtoll(num, &end, 10);
+      if (errno == ERANGE) {
+        fail(ps, "integer %s is out of range", num);
+        return v;
+      }
     }
     if (*end)
       fail(ps, "bad number '%s'", num);

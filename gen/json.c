@@ -23,33 +23,157 @@ void kf_report(const char *display, const char *path, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* cJSON stops at the first byte it cannot use; say what went wrong there in
- * the terms a person editing the file would use. */
-static void syntax_hint(const char *text, const char *at, char *msg, size_t n) {
-  const char *prev = at;
-  while (prev > text &&
-         (prev[-1] == ' ' || prev[-1] == '\t' || prev[-1] == '\n' || prev[-1] == '\r'))
-    prev--;
-  char before = prev > text ? prev[-1] : '\0';
-  char c = *at;
-  if (c == '\0')
-    snprintf(msg, n, "unexpected end of file (an unclosed '{', '[' or string?)");
-  else if (c == '/' && (at[1] == '/' || at[1] == '*'))
-    snprintf(msg, n, "comments are not allowed in JSON");
-  else if (c == '\'')
-    snprintf(msg, n, "strings must use double quotes, not single quotes");
-  else if ((c == '}' || c == ']') && before == ',')
-    snprintf(msg, n, "trailing ',' before '%c' is not allowed in JSON", c);
-  else if (c == '"' && before != '{' && before != '[' && before != ',' && before != ':')
-    snprintf(msg, n, "expected ',' after member");
-  else if ((c == '}' || c == ']' || c == ',') && before == ':')
-    snprintf(msg, n, "expected a value after ':'");
-  else if (before == '"' && c != ':')
-    snprintf(msg, n, "expected ':' or ',' after string, got '%c'", c);
-  else if (c >= 0x20 && c < 0x7f)
-    snprintf(msg, n, "unexpected '%c'", c);
-  else
-    snprintf(msg, n, "unexpected byte 0x%02x", (unsigned char)c);
+/* Finding where a syntax error is. cJSON says only that parsing failed and
+ * roughly where it stopped (often inside the token after the mistake), so
+ * when it fails, this small scanner walks the same grammar to the first byte
+ * that is wrong and names the mistake in the terms of a person editing the
+ * file. It never decides whether a file is valid: cJSON does. */
+typedef struct {
+  const char *text, *end, *p;
+  const char *err_at;
+  char msg[160];
+} locator;
+
+static int loc_fail(locator *L, const char *at, const char *fmt, ...) {
+  if (!L->err_at) {
+    L->err_at = at;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->msg, sizeof L->msg, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+static int loc_unexpected(locator *L) {
+  const char *p = L->p;
+  if (p >= L->end)
+    return loc_fail(L, p, "unexpected end of file (an unclosed '{', '[' or string?)");
+  if (*p == '/' && p + 1 < L->end && (p[1] == '/' || p[1] == '*'))
+    return loc_fail(L, p, "comments are not allowed in JSON");
+  if (*p == '\'')
+    return loc_fail(L, p, "strings must use double quotes, not single quotes");
+  if ((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f)
+    return loc_fail(L, p, "unexpected '%c'", *p);
+  return loc_fail(L, p, "unexpected byte 0x%02x", (unsigned char)*p);
+}
+
+static void loc_ws(locator *L) {
+  while (L->p < L->end && (*L->p == ' ' || *L->p == '\t' || *L->p == '\n' || *L->p == '\r'))
+    L->p++;
+}
+
+static int loc_value(locator *L, int depth);
+
+static int loc_string(locator *L) {
+  L->p++; /* opening quote */
+  while (L->p < L->end && *L->p != '"') {
+    if ((unsigned char)*L->p < 0x20)
+      return loc_fail(L, L->p, "control character in a string (a newline must be written \\n)");
+    L->p += *L->p == '\\' ? 2 : 1;
+  }
+  if (L->p >= L->end)
+    return loc_fail(L, L->end, "unexpected end of file (an unclosed '{', '[' or string?)");
+  L->p++;
+  return 0;
+}
+
+static int loc_number(locator *L) {
+  const char *start = L->p;
+  if (*L->p == '-')
+    L->p++;
+  int digits = 0;
+  while (L->p < L->end && ((*L->p >= '0' && *L->p <= '9') || *L->p == '.' || *L->p == 'e' ||
+                           *L->p == 'E' || ((*L->p == '+' || *L->p == '-') && digits))) {
+    digits++;
+    L->p++;
+  }
+  return digits ? 0 : loc_fail(L, start, "bad number");
+}
+
+static int loc_members(locator *L, char close, int depth) {
+  L->p++; /* '{' or '[' */
+  loc_ws(L);
+  if (L->p < L->end && *L->p == close) {
+    L->p++;
+    return 0;
+  }
+  for (;;) {
+    loc_ws(L);
+    if (L->p < L->end && *L->p == close)
+      return loc_fail(L, L->p, "trailing ',' before '%c' is not allowed in JSON", close);
+    if (close == '}') {
+      if (L->p >= L->end || *L->p != '"')
+        return loc_unexpected(L);
+      if (loc_string(L))
+        return -1;
+      loc_ws(L);
+      if (L->p >= L->end)
+        return loc_unexpected(L);
+      if (*L->p != ':')
+        return loc_fail(L, L->p, "expected ':' or ',' after string, got '%c'", *L->p);
+      L->p++;
+      loc_ws(L);
+      if (L->p < L->end && (*L->p == '}' || *L->p == ',' || *L->p == ']'))
+        return loc_fail(L, L->p, "expected a value after ':'");
+    }
+    if (loc_value(L, depth + 1))
+      return -1;
+    loc_ws(L);
+    if (L->p >= L->end)
+      return loc_unexpected(L);
+    if (*L->p == close) {
+      L->p++;
+      return 0;
+    }
+    if (*L->p != ',') {
+      if (close == '}' && *L->p == '"')
+        return loc_fail(L, L->p, "expected ',' after member");
+      if (close == ']' &&
+          (*L->p == '"' || *L->p == '{' || *L->p == '[' || (*L->p >= '0' && *L->p <= '9')))
+        return loc_fail(L, L->p, "expected ',' after element");
+      return loc_unexpected(L);
+    }
+    L->p++;
+  }
+}
+
+static int loc_value(locator *L, int depth) {
+  loc_ws(L);
+  if (L->p >= L->end || depth > 512)
+    return loc_unexpected(L);
+  char c = *L->p;
+  if (c == '{')
+    return loc_members(L, '}', depth);
+  if (c == '[')
+    return loc_members(L, ']', depth);
+  if (c == '"')
+    return loc_string(L);
+  if (c == '-' || (c >= '0' && c <= '9'))
+    return loc_number(L);
+  static const char *const words[] = {"true", "false", "null"};
+  for (int i = 0; i < 3; i++) {
+    size_t n = strlen(words[i]);
+    if ((size_t)(L->end - L->p) >= n && !strncmp(L->p, words[i], n)) {
+      L->p += n;
+      return 0;
+    }
+  }
+  return loc_unexpected(L);
+}
+
+/* The first syntax error in text: its position and a message. */
+static const char *locate_error(const char *text, size_t len, char *msg, size_t n) {
+  locator L = {text, text + len, text, NULL, ""};
+  if (loc_value(&L, 0) == 0) {
+    loc_ws(&L);
+    if (L.p < L.end)
+      loc_unexpected(&L);
+  }
+  if (!L.err_at)
+    return NULL;
+  snprintf(msg, n, "%s", L.msg);
+  return L.err_at;
 }
 
 cJSON *kf_json_parse(const char *text, size_t len, const char *display) {
@@ -57,9 +181,15 @@ cJSON *kf_json_parse(const char *text, size_t len, const char *display) {
   cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1); /* text[len] is NUL */
   if (root)
     return root;
-  const char *at = cJSON_GetErrorPtr();
-  if (!at || at < text || at > text + len)
-    at = end && end >= text && end <= text + len ? end : text + len;
+  char msg[160];
+  const char *at = locate_error(text, len, msg, sizeof msg);
+  if (!at) {
+    /* cJSON refused what the scanner accepts (nesting depth, say) */
+    at = cJSON_GetErrorPtr();
+    if (!at || at < text || at > text + len)
+      at = end && end >= text && end <= text + len ? end : text + len;
+    snprintf(msg, sizeof msg, "cannot parse here (cJSON refused the document)");
+  }
   int line = 1, col = 1;
   for (const char *p = text; p < at; p++) {
     if (*p == '\n') {
@@ -69,8 +199,6 @@ cJSON *kf_json_parse(const char *text, size_t len, const char *display) {
       col++;
     }
   }
-  char msg[160];
-  syntax_hint(text, at, msg, sizeof msg);
   fprintf(stderr, "%s:%d:%d: error: %s\n", display, line, col, msg);
   return NULL;
 }

@@ -8,6 +8,7 @@
 #include "json.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,6 +425,17 @@ static void check_value(loader *L, const char *file, const char *path, const kf_
     }
   }
   double d = kf_value_as_double(v);
+  /* the generated source declares int params as int and float as float */
+  if (!ps->is_float && (d < -2147483648.0 || d > 2147483647.0)) {
+    kf_report(file, path, "must fit in a 32-bit int, got %s%s", got, from);
+    L->errors++;
+    return;
+  }
+  if (ps->is_float && (d > FLT_MAX || d < -FLT_MAX)) {
+    kf_report(file, path, "is beyond the range of a float, got %s%s", got, from);
+    L->errors++;
+    return;
+  }
   if (ps->has_min && d < ps->min) {
     kf_report(file, path, "must be at least %g, got %s%s", ps->min, got, from);
     L->errors++;

@@ -116,8 +116,8 @@ static void probe_cuda(kf_toolchain *tc) {
   }
   kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
   const char *rel = strstr(ver, "release ");
-  tc->short_name = rel ? kf_xasprintf("CUDA %.*s", (int)strcspn(rel + 8, ","), rel + 8)
-                       : kf_xstrdup("nvcc");
+  tc->short_name =
+      rel ? kf_xasprintf("CUDA %.*s", (int)strcspn(rel + 8, ","), rel + 8) : kf_xstrdup("nvcc");
   free(ver);
   /* the install prefix: nvcc lives in <prefix>/bin */
   char real[PATH_MAX];
@@ -156,9 +156,9 @@ static void probe_hip(kf_toolchain *tc) {
   kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
   const char *hv = strstr(ver, "HIP version: ");
   const char *cv = strstr(ver, "clang version ");
-  tc->short_name = kf_xasprintf("HIP %.*s, clang %.*s", hv ? (int)strcspn(hv + 13, "; ") : 1,
-                                hv ? hv + 13 : "?", cv ? (int)strcspn(cv + 14, "; ") : 1,
-                                cv ? cv + 14 : "?");
+  tc->short_name =
+      kf_xasprintf("HIP %.*s, clang %.*s", hv ? (int)strcspn(hv + 13, "; ") : 1, hv ? hv + 13 : "?",
+                   cv ? (int)strcspn(cv + 14, "; ") : 1, cv ? cv + 14 : "?");
   free(ver);
   char real[PATH_MAX];
   if (realpath(exe, real)) {
@@ -441,8 +441,9 @@ int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv 
 }
 
 int kf_toolchain_covers(const kf_toolchain *tc, const char *abs_path) {
-  static const char *const system_dirs[] = {"/usr/include",   "/usr/lib/gcc",
-                                            "/usr/lib/llvm-", "/usr/local/include",
+  /* the host's own headers (glibc, libstdc++, compiler resource dirs); not
+   * /usr/local/include, where users install third-party libraries */
+  static const char *const system_dirs[] = {"/usr/include", "/usr/lib/gcc", "/usr/lib/llvm-",
                                             "/usr/lib/clang", NULL};
   if (tc->prefix && kf_path_under(abs_path, tc->prefix))
     return 1;

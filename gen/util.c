@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,13 +215,14 @@ int kf_fsync_dir(const char *path) {
 }
 
 int kf_write_file_atomic(const char *path, const void *data, size_t len) {
-  char *tmp = kf_xasprintf("%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* a name of our own beside the target (mkstemp: never someone else's) */
+  char *tmp = kf_xasprintf("%s.tmp.XXXXXX", path);
+  int fd = mkostemp(tmp, O_CLOEXEC);
   if (fd < 0) {
     free(tmp);
     return -1;
   }
-  if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+  if (fchmod(fd, 0644) != 0 || write_all(fd, data, len) != 0 || fsync(fd) != 0) {
     int e = errno;
     close(fd);
     unlink(tmp);
@@ -452,7 +454,7 @@ int kf_parse_size(const char *s, uint64_t *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || end == s || v < 0)
+  if (errno || end == s || !(v >= 0) || isinf(v))
     return -1;
   double mul = 1;
   switch (*end) {
@@ -481,7 +483,7 @@ int kf_parse_size(const char *s, uint64_t *out) {
   }
   if (*end == 'B' || *end == 'b')
     end++;
-  if (*end)
+  if (*end || v * mul >= 18446744073709551616.0)
     return -1;
   *out = (uint64_t)(v * mul);
   return 0;
