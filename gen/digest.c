@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <xxhash.h>
 
 #define KEY_SCHEME "kforge-key-v1"
@@ -284,6 +285,22 @@ typedef struct {
   char *err;
 } walk_ctx;
 
+/* path relative to dir (both absolute and normalised), with "..". */
+static char *relative_path(const char *dir, const char *path) {
+  size_t common = 0, i = 0;
+  for (; dir[i] && path[i] && dir[i] == path[i]; i++)
+    if (dir[i] == '/')
+      common = i;
+  if (!dir[i] && path[i] == '/')
+    common = i;
+  kf_buf b = {0};
+  for (const char *p = dir + common; *p; p++)
+    if (*p == '/')
+      kf_buf_puts(&b, "../");
+  kf_buf_puts(&b, path + common + 1);
+  return kf_buf_take(&b);
+}
+
 static const char *rooted_name(const kf_compile_setup *cs, const char *real, const char *src_dir,
                                char **owned) {
   for (size_t r = 0; r < cs->roots.n; r++) {
@@ -298,8 +315,26 @@ static const char *rooted_name(const kf_compile_setup *cs, const char *real, con
     *owned = kf_xasprintf("@src/%s", rel);
     return *owned;
   }
-  /* outside every root: the absolute path is all there is */
-  *owned = kf_xasprintf("@abs%s", real);
+  /* outside every root. System-wide places have the same path on every
+   * machine; anything else (a checkout's "../shared/x.h") is named from the
+   * nearest include root, so that no checkout path enters the key */
+  if (!strncmp(real, "/usr/", 5) || !strncmp(real, "/opt/", 5)) {
+    *owned = kf_xasprintf("@abs%s", real);
+    return *owned;
+  }
+  char *best = NULL;
+  for (size_t r = 0; r < cs->roots.n; r++) {
+    char *rel = relative_path(cs->roots.v[r], real);
+    char *name = kf_xasprintf("%s/%s", cs->labels.v[r], rel);
+    free(rel);
+    if (!best || strlen(name) < strlen(best)) {
+      free(best);
+      best = name;
+    } else {
+      free(name);
+    }
+  }
+  *owned = best ? best : kf_xasprintf("@abs%s", real);
   return *owned;
 }
 
@@ -413,24 +448,90 @@ static int cmp_closure_file(const void *a, const void *b) {
   return strcmp(((const closure_file *)a)->name, ((const closure_file *)b)->name);
 }
 
+#define PREDEFS_PATH "/kforge-virtual/host-predefined-macros.h"
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void add_absent(closure *c, const char *dir, const char *name) {
+  char *cand = kf_path_join(dir, name);
+  if (!kf_strv_contains(&c->absent, cand) && !kf_path_exists(cand))
+    kf_strv_push_owned(&c->absent, cand);
+  else
+    free(cand);
+}
+
+/* Every name a file mentions in #include, #include_next or __has_include:
+ * where it does not exist on the search path (the file's own directory,
+ * then the include roots), its appearance must be noticed. */
+static void scan_include_names(const kf_compile_setup *cs, closure *c, const char *path,
+                               const char *text) {
+  char *dir = kf_path_dirname(path);
+  for (const char *p = text; (p = strstr(p, "include")) != NULL; p += 7) {
+    const char *q = p + 7;
+    if (!strncmp(q, "_next", 5))
+      q += 5;
+    while (*q == ' ' || *q == '\t' || *q == '(')
+      q++;
+    if (*q != '"' && *q != '<')
+      continue;
+    char close = *q == '<' ? '>' : '"';
+    const char *e = strchr(q + 1, close);
+    const char *nl = strchr(q + 1, '\n');
+    if (!e || (nl && nl < e) || e == q + 1 || e - q > 256)
+      continue;
+    char *name = kf_xstrndup(q + 1, (size_t)(e - q - 1));
+    if (name[0] != '/') {
+      add_absent(c, dir, name);
+      for (size_t r = 0; r < cs->roots.n; r++)
+        add_absent(c, cs->roots.v[r], name);
+    }
+    free(name);
+  }
+  free(dir);
+}
+
 /* Parses the source like the device pass and collects its closure. */
 static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
                          const kf_compile_setup *cs, closure *c, char **err) {
-  kf_strv flags = {0};
-  if (kf_toolchain_device_flags(tc, in->arch, &cs->compile_args, &flags, err) != 0)
+  kf_strv pass = {0};
+  if (kf_toolchain_device_flags(tc, in->arch, &cs->compile_args, &pass, err) != 0)
     return -1;
-  /* clang is not gcc: make it look like the host compiler nvcc drives */
-  if (tc->backend == KF_BACKEND_CUDA) {
-    kf_strv_push(&flags, "-Wno-everything");
+  /* clang is not gcc: for nvcc, whose device pass is the host compiler's
+   * preprocessor, drop clang's own macros and take the host compiler's
+   * (from a header that exists only in memory) */
+  kf_strv flags = {0};
+  struct CXUnsavedFile uf[2] = {{cs->source_path, in->source, (unsigned long)in->source_len},
+                                {PREDEFS_PATH, NULL, 0}};
+  char *predefs = kf_toolchain_host_predefs(tc, &pass, err);
+  if (tc->backend == KF_BACKEND_CUDA && !predefs) {
+    kf_strv_free(&pass);
+    return -1;
   }
-  struct CXUnsavedFile uf = {cs->source_path, in->source, (unsigned long)in->source_len};
+  if (predefs) {
+    kf_strv_push(&flags, "-undef");
+    kf_strv_push(&flags, "-include");
+    kf_strv_push(&flags, PREDEFS_PATH);
+    uf[1].Contents = predefs;
+    uf[1].Length = (unsigned long)strlen(predefs);
+  }
+  for (size_t i = 0; i < pass.n; i++)
+    kf_strv_push(&flags, pass.v[i]);
+  kf_strv_push(&flags, "-Wno-everything");
+  kf_strv_free(&pass);
+  long long t0 = now_ns();
   CXTranslationUnit tu = NULL;
   enum CXErrorCode ec = clang_parseTranslationUnit2(
-      get_index(d), cs->source_path, (const char *const *)flags.v, (int)flags.n, &uf, 1,
+      get_index(d), cs->source_path, (const char *const *)flags.v, (int)flags.n, uf,
+      predefs ? 2 : 1,
       CXTranslationUnit_DetailedPreprocessingRecord | CXTranslationUnit_Incomplete |
           CXTranslationUnit_SkipFunctionBodies | CXTranslationUnit_KeepGoing,
       &tu);
   kf_strv_free(&flags);
+  free(predefs);
   if (ec != CXError_Success || !tu) {
     *err = kf_xasprintf("libclang could not parse %s (error %d)", in->rel_source, (int)ec);
     return -1;
@@ -447,6 +548,20 @@ static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   char *src_real = realpath(cs->source_path, real) ? kf_xstrdup(real) : kf_xstrdup(cs->source_path);
   walk_ctx w = {d, tc, cs, tu, c, src_real, 0, NULL};
   clang_getInclusions(tu, visit_inclusion, &w);
+  /* names our files try to include, found or not (#include of a missing
+   * header, __has_include): each becoming a file later re-parses */
+  scan_include_names(cs, c, src_real, in->source);
+  for (size_t i = 0; i < c->nfiles; i++) {
+    size_t len;
+    char *text = kf_read_file(c->files[i].path, &len);
+    if (text)
+      scan_include_names(cs, c, c->files[i].path, text);
+    free(text);
+    /* a file written since the parse began may not be what libclang read:
+     * record no mtime, so that the next run checks its tokens again */
+    if (c->files[i].mtime_ns >= t0)
+      c->files[i].mtime_ns = 0;
+  }
   free(src_real);
   /* a missing include is an error the compiler will report; the closure is
    * still what the compiler would read, so no error here */
@@ -535,13 +650,18 @@ static int closure_for(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
 
 /* ---- dependency records ---- */
 
-static char *deps_path(const kf_digest *d, const kf_compile_setup *cs, const char *arch) {
+static char *deps_path(const kf_digest *d, const kf_toolchain *tc, const kf_compile_setup *cs,
+                       const char *arch) {
   XXH3_state_t *st = XXH3_createState();
   XXH3_64bits_reset(st);
   XXH3_64bits_update(st, cs->source_path, strlen(cs->source_path) + 1);
   XXH3_64bits_update(st, arch, strlen(arch) + 1);
   for (size_t i = 0; i < cs->compile_args.n; i++)
     XXH3_64bits_update(st, cs->compile_args.v[i], strlen(cs->compile_args.v[i]) + 1);
+  /* the closure also depends on what the compiler does with those args
+   * (its version, NVCC_APPEND_FLAGS …): a record is only for one identity */
+  for (size_t i = 0; i < tc->identity.n; i++)
+    XXH3_64bits_update(st, tc->identity.v[i], strlen(tc->identity.v[i]) + 1);
   char hex[17];
   kf_hex64(XXH3_64bits_digest(st), hex);
   XXH3_freeState(st);
@@ -662,7 +782,7 @@ int kf_digest_instance(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   char source_raw[33];
   kf_hash128_hex(in->source, in->source_len, source_raw);
   closure c = {0};
-  char *dpath = d->deps_dir ? deps_path(d, cs, in->arch) : NULL;
+  char *dpath = d->deps_dir ? deps_path(d, tc, cs, in->arch) : NULL;
   int dirty = 0;
   if (!dpath || !deps_load(d, dpath, source_raw, &c, &dirty)) {
     int parsed = 0;

@@ -380,6 +380,8 @@ int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv 
             !strstr(line, "-D__CUDA_ARCH__="))
           continue;
         split_command(line + 3, &words);
+        if (words.n && !tc->host_cc)
+          tc->host_cc = kf_xstrdup(words.v[0]);
         found = 1;
       } else {
         /* clang -###: the cc1 line of the device pass */
@@ -438,6 +440,51 @@ int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv 
   kf_buf_free(&joined);
   kf_strv_free(&kept);
   return 0;
+}
+
+char *kf_toolchain_host_predefs(kf_toolchain *tc, const kf_strv *device_flags, char **err) {
+  if (tc->backend != KF_BACKEND_CUDA)
+    return NULL;
+  /* what changes the predefined macros: the language, standard,
+   * optimisation, machine and feature flags */
+  kf_strv argv = {0};
+  kf_strv_push(&argv, tc->host_cc ? tc->host_cc : "gcc");
+  for (size_t i = 0; i < device_flags->n; i++) {
+    const char *f = device_flags->v[i];
+    if (!strncmp(f, "-std=", 5) || !strncmp(f, "-O", 2) || !strcmp(f, "-m64") ||
+        !strncmp(f, "-f", 2))
+      kf_strv_push(&argv, f);
+  }
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (size_t i = 0; i < argv.n; i++)
+    XXH3_64bits_update(st, argv.v[i], strlen(argv.v[i]) + 1);
+  char key[17];
+  kf_hex64(XXH3_64bits_digest(st), key);
+  XXH3_freeState(st);
+  const char *hit = cache_get(&tc->predefs_cache, key);
+  if (hit) {
+    kf_strv_free(&argv);
+    return kf_xstrdup(hit);
+  }
+  kf_strv_push(&argv, "-dM");
+  kf_strv_push(&argv, "-E");
+  kf_strv_push(&argv, "-x");
+  kf_strv_push(&argv, "c++");
+  kf_strv_push(&argv, "/dev/null");
+  kf_strv_push_owned(&argv, NULL);
+  char *out = NULL;
+  int rc = kf_run_capture(argv.v, &out);
+  argv.n--;
+  if (rc != 0 || !out || !strstr(out, "#define __GNUC__")) {
+    *err = kf_xasprintf("cannot read the predefined macros of %s (exit %d)", argv.v[0], rc);
+    kf_strv_free(&argv);
+    free(out);
+    return NULL;
+  }
+  kf_strv_free(&argv);
+  kf_strv_push_owned(&tc->predefs_cache, kf_xasprintf("%s\n%s", key, out));
+  return out;
 }
 
 int kf_toolchain_covers(const kf_toolchain *tc, const char *abs_path) {

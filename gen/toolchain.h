@@ -11,14 +11,16 @@ enum { KF_BACKEND_CUDA = 0, KF_BACKEND_HIP = 1 };
 
 typedef struct {
   int backend;
-  char *compiler;      /* what is executed: an absolute path, or NULL if not found */
-  char *prefix;        /* install prefix; files under it are covered by the identity */
-  kf_strv identity;    /* "field=value" lines: version, host compiler, environment */
-  char *error;         /* why the toolchain cannot be used, or NULL */
-  char *short_name;    /* "CUDA 13.0" / "HIP 5.2.21153-0, clang 15.0.6", for messages */
-  char *max_arch_note; /* for HIP: which gfx targets this clang knows */
-  kf_strv arch_cache;  /* "arch=ok" / "arch=reason" */
-  kf_strv pass_cache;  /* "args-hash\n<flags>" cached device-pass flag lists */
+  char *compiler;        /* what is executed: an absolute path, or NULL if not found */
+  char *prefix;          /* install prefix; files under it are covered by the identity */
+  kf_strv identity;      /* "field=value" lines: version, host compiler, environment */
+  char *error;           /* why the toolchain cannot be used, or NULL */
+  char *short_name;      /* "CUDA 13.0" / "HIP 5.2.21153-0, clang 15.0.6", for messages */
+  char *max_arch_note;   /* for HIP: which gfx targets this clang knows */
+  kf_strv arch_cache;    /* "arch=ok" / "arch=reason" */
+  kf_strv pass_cache;    /* "args-hash\n<flags>" cached device-pass flag lists */
+  char *host_cc;         /* the host compiler the device pass runs (nvcc) */
+  kf_strv predefs_cache; /* "flags-hash\n<#defines>" */
 } kf_toolchain;
 
 /* The toolchain for a backend, probed once per process (never NULL; check
@@ -40,6 +42,13 @@ void kf_toolchain_compile_args(const kf_toolchain *tc, const char *arch,
  * -1 with *err set (caller frees). The result is cached per args. */
 int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv *compile_args,
                               kf_strv *flags, char **err);
+
+/* The host compiler's predefined macros for the device pass's flags (nvcc's
+ * device pass is the host compiler's preprocessor, so libclang must see
+ * gcc's macros, not its own). Returns the text of a header of #defines
+ * (caller frees), or NULL for HIP (its clang is the parser's own kind) or
+ * when the host compiler cannot tell (*err set, caller frees). Cached. */
+char *kf_toolchain_host_predefs(kf_toolchain *tc, const kf_strv *device_flags, char **err);
 
 /* Directories whose headers the identity covers (toolchain and system). */
 int kf_toolchain_covers(const kf_toolchain *tc, const char *abs_path);
