@@ -207,6 +207,8 @@ static void hash_file_tokens(CXTranslationUnit tu, CXFile file, char out[33]) {
       prev_end = off_e;
       prev_line = line;
     }
+    if (in_directive) /* the file ends the directive: as a newline would */
+      XXH3_128bits_update(st, "\0\n", 2);
     clang_disposeTokens(tu, toks, n);
   }
   XXH128_hash_t h = XXH3_128bits_digest(st);

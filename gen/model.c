@@ -790,8 +790,12 @@ static void parse_widths(loader *L, kf_model *m, const cJSON *w) {
     char *p = kf_xasprintf("widths[%d]", i);
     if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 1 ||
         e->valuedouble > 256) {
-      kf_report(L->display, p, "must be an integer from 1 to 256, got %s",
-                cJSON_IsNumber(e) ? "a number out of range" : kf_json_type_name(e));
+      char got[64];
+      if (cJSON_IsNumber(e))
+        snprintf(got, sizeof got, "%g", e->valuedouble);
+      else
+        snprintf(got, sizeof got, "%s", kf_json_type_name(e));
+      kf_report(L->display, p, "must be an integer from 1 to 256, got %s", got);
       L->errors++;
     } else if (m->nwidths >= sizeof m->widths / sizeof m->widths[0]) {
       kf_report(L->display, p, "too many widths (at most 64)");
