@@ -85,8 +85,9 @@ void kf_cache_unlock(int fd) {
   }
 }
 
-/* tmp/ holds "<key>.<random>" directories of builders at work and "trash.*"
- * of removals; a key's leftovers are dead when its lock is free. */
+/* tmp/ holds "<key>.<random>" directories of builders at work and
+ * "<key>.trash.<random>" of removals; a key's leftovers are dead when its
+ * lock is free. */
 static void clean_tmp(const kf_cache *c) {
   char *tmp = kf_path_join(c->v1, "tmp");
   DIR *d = opendir(tmp);
@@ -151,6 +152,11 @@ int kf_cache_check_entry(const kf_cache *c, const char *key, cJSON **meta, char 
     *meta = NULL;
   if (why)
     *why = NULL;
+  if (!valid_key(key)) { /* e.g. from a hand-edited manifest: never a path */
+    if (why)
+      *why = kf_xstrdup("not a key (32 hex digits)");
+    return KF_ENTRY_DAMAGED;
+  }
   char *dir = kf_cache_entry_dir(c, key);
   char *mp = kf_path_join(dir, "meta.json");
   size_t len;
@@ -228,8 +234,11 @@ char *kf_cache_tmpdir(const kf_cache *c, const char *key) {
   return tmpl;
 }
 
-static int move_to_trash(const kf_cache *c, const char *path) {
-  char *trash = kf_xasprintf("%s/tmp/trash.XXXXXX", c->v1);
+/* Removal renames the entry into tmp/ first, so that it vanishes at once.
+ * The trash is named after the key like a builder's directory, so that
+ * clean_tmp leaves it alone while the key's lock is held. */
+static int move_to_trash(const kf_cache *c, const char *key, const char *path) {
+  char *trash = kf_xasprintf("%s/tmp/%s.trash.XXXXXX", c->v1, key);
   if (!mkdtemp(trash)) {
     free(trash);
     return -1;
@@ -251,7 +260,7 @@ int kf_cache_publish(const kf_cache *c, const char *key, const char *tmpdir) {
     return -1;
   }
   if (kf_path_exists(dir))
-    move_to_trash(c, dir);
+    move_to_trash(c, key, dir);
   kf_fsync_dir(tmpdir);
   int r = rename(tmpdir, dir);
   if (r == 0)
@@ -263,7 +272,7 @@ int kf_cache_publish(const kf_cache *c, const char *key, const char *tmpdir) {
 
 int kf_cache_remove_entry(const kf_cache *c, const char *key) {
   char *dir = kf_cache_entry_dir(c, key);
-  int r = kf_path_exists(dir) ? move_to_trash(c, dir) : 0;
+  int r = kf_path_exists(dir) ? move_to_trash(c, key, dir) : 0;
   free(dir);
   return r;
 }

@@ -42,7 +42,8 @@ static cJSON *last_inputs(const kf_cache *c, const kf_instance *in, char **key) 
   for (const cJSON *k = ks ? ks->child : NULL; k; k = k->next) {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(k, "id");
     const cJSON *kk = cJSON_GetObjectItemCaseSensitive(k, "key");
-    if (!cJSON_IsString(id) || strcmp(id->valuestring, in->id) != 0 || !cJSON_IsString(kk))
+    if (!cJSON_IsString(id) || strcmp(id->valuestring, in->id) != 0 || !cJSON_IsString(kk) ||
+        strlen(kk->valuestring) != 32 || strchr(kk->valuestring, '/'))
       continue;
     char *dir = kf_cache_entry_dir(c, kk->valuestring);
     char *metap = kf_path_join(dir, "meta.json");

@@ -129,6 +129,7 @@ struct kf_digest {
   int write_deps;
   CXIndex index;
   kf_strv absent_ok;             /* paths already seen absent in this run */
+  kf_strv retokenised;           /* "path\nsize\nmtime\n<tokens>" checked this run */
   struct shared_closure *shared; /* closures parsed in this run */
 };
 
@@ -670,6 +671,27 @@ static char *deps_path(const kf_digest *d, const kf_toolchain *tc, const kf_comp
   return kf_xasprintf("%s/%.2s/%s.json", d->deps_dir, hex, hex);
 }
 
+/* The token hash of a file as it is now, computed once per run. */
+static int retokenised(kf_digest *d, const char *path, long long size, long long mtime,
+                       char out[33]) {
+  char *tag = kf_xasprintf("%s\n%lld\n%lld\n", path, size, mtime);
+  size_t tl = strlen(tag);
+  for (size_t i = 0; i < d->retokenised.n; i++)
+    if (!strncmp(d->retokenised.v[i], tag, tl)) {
+      memcpy(out, d->retokenised.v[i] + tl, 33);
+      free(tag);
+      return 1;
+    }
+  size_t flen;
+  char *ftext = kf_read_file(path, &flen);
+  int ok = ftext && hash_file_alone(d, path, ftext, flen, out) == 0;
+  free(ftext);
+  if (ok)
+    kf_strv_push_owned(&d->retokenised, kf_xasprintf("%s%s", tag, out));
+  free(tag);
+  return ok;
+}
+
 /* Loads a record and checks it against the file system. Returns 1 when it
  * still holds (c filled, token hashes refreshed for touched files), 0 when a
  * re-parse is needed. *dirty says the record should be rewritten. */
@@ -725,14 +747,12 @@ static int deps_load(kf_digest *d, const char *path, const char *source_raw, clo
     cur->mtime_ns = mtime;
     if (size == (long long)sz->valuedouble && mtime == strtoll(mt->valuestring, NULL, 10))
       continue;
-    /* touched: re-tokenise this file alone; same tokens, same closure */
-    size_t flen;
-    char *ftext = kf_read_file(cur->path, &flen);
+    /* touched: re-tokenise this file alone (once per run: many sources
+     * share a header); same tokens, same closure */
     char now[33];
-    int same =
-        ftext && hash_file_alone(d, cur->path, ftext, flen, now) == 0 && !strcmp(now, cur->tokens);
-    free(ftext);
-    if (!same)
+    if (!retokenised(d, cur->path, size, mtime, now))
+      goto out;
+    if (strcmp(now, cur->tokens) != 0)
       goto out;
     *dirty = 1;
   }
@@ -841,6 +861,7 @@ void kf_digest_free(kf_digest *d) {
     clang_disposeIndex(d->index);
   free(d->deps_dir);
   kf_strv_free(&d->absent_ok);
+  kf_strv_free(&d->retokenised);
   while (d->shared) {
     struct shared_closure *next = d->shared->next;
     closure_free(&d->shared->c);

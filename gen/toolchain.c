@@ -5,6 +5,8 @@
 #include "toolchain.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,24 +352,33 @@ int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv 
     kf_strv_push(&argv, compile_args->v[i]);
   kf_strv_push(&argv, "-o");
   kf_strv_push(&argv, "/dev/null");
-  /* hipcc's driver wants the input to exist; an empty one will do */
-  char probe[] = "/tmp/kforge-probe-XXXXXX.hip";
-  int pfd = mkstemps(probe, 4);
+  /* hipcc's driver wants the input to exist; an empty one will do. It
+   * lives in a private directory that is also the compiler's TMPDIR: clang
+   * -### makes temporary directories named after its input there. */
+  const char *tmpdir = getenv("TMPDIR");
+  char *dir = kf_xasprintf("%s/kforge-probe-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  if (!mkdtemp(dir)) {
+    *err = kf_xasprintf("cannot create a directory for the device-pass probe: %s", strerror(errno));
+    free(dir);
+    kf_strv_free(&argv);
+    return -1;
+  }
+  char *probe =
+      kf_xasprintf("%s/kforge_probe.%s", dir, tc->backend == KF_BACKEND_CUDA ? "cu" : "hip");
+  int pfd = open(probe, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (pfd >= 0)
     close(pfd);
-  if (tc->backend == KF_BACKEND_CUDA)
-    probe[strlen(probe) - 3] = 'c', probe[strlen(probe) - 2] = 'u', probe[strlen(probe) - 1] = '\0';
-  kf_strv_push(&argv, probe);
+  kf_strv_push_owned(&argv, probe);
   kf_strv_push_owned(&argv, NULL);
+  char *tmp_env = kf_xasprintf("TMPDIR=%s", dir);
+  char *env[] = {tmp_env, NULL};
   char *out = NULL;
-  int rc = kf_run_capture(argv.v, &out);
+  int rc = kf_run_capture_env(argv.v, env, &out);
   argv.n--; /* the NULL terminator */
   kf_strv_free(&argv);
-  if (pfd >= 0) {
-    char made[] = "/tmp/kforge-probe-XXXXXX.hip";
-    memcpy(made, probe, strlen(made) - 4);
-    unlink(made);
-  }
+  free(tmp_env);
+  kf_remove_tree(dir);
+  free(dir);
   kf_strv words = {0};
   int found = 0;
   if (out) {
@@ -492,7 +503,9 @@ int kf_toolchain_covers(const kf_toolchain *tc, const char *abs_path) {
    * /usr/local/include, where users install third-party libraries */
   static const char *const system_dirs[] = {"/usr/include", "/usr/lib/gcc", "/usr/lib/llvm-",
                                             "/usr/lib/clang", NULL};
-  if (tc->prefix && kf_path_under(abs_path, tc->prefix))
+  /* a distribution's compiler in /usr/bin does not make all of /usr its
+   * install: the system dirs below cover what it ships */
+  if (tc->prefix && strcmp(tc->prefix, "/usr") != 0 && kf_path_under(abs_path, tc->prefix))
     return 1;
   for (const char *const *d = system_dirs; *d; d++)
     if (!strncmp(abs_path, *d, strlen(*d)))

@@ -258,6 +258,10 @@ int kf_write_if_changed(const char *path, const void *data, size_t len, int *cha
 }
 
 int kf_mkdir_p(const char *path) {
+  if (!*path) {
+    errno = ENOENT;
+    return -1;
+  }
   char *p = kf_xstrdup(path);
   for (char *s = p + 1; *s; s++) {
     if (*s != '/')
@@ -400,16 +404,36 @@ void kf_hash128_hex(const void *data, size_t len, char out[33]) {
 void kf_hex64(uint64_t h, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)h); }
 
 int kf_run_capture(char *const argv[], char **output) {
+  return kf_run_capture_env(argv, NULL, output);
+}
+
+int kf_run_capture_env(char *const argv[], char *const env[], char **output) {
+  kf_strv envp = {0};
+  for (char *const *e = environ; *e; e++) {
+    int replaced = 0;
+    for (char *const *o = env; o && *o && !replaced; o++) {
+      size_t n = strcspn(*o, "=");
+      replaced = !strncmp(*e, *o, n) && (*e)[n] == '=';
+    }
+    if (!replaced)
+      kf_strv_push_owned(&envp, *e); /* borrowed: only the array is freed */
+  }
+  for (char *const *o = env; o && *o; o++)
+    kf_strv_push_owned(&envp, *o);
+  kf_strv_push_owned(&envp, NULL);
   int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0)
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    free(envp.v);
     return -1;
+  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
   posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp.v);
+  free(envp.v);
   posix_spawn_file_actions_destroy(&fa);
   close(pipefd[1]);
   if (rc != 0) {

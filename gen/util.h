@@ -78,6 +78,9 @@ void kf_hex64(uint64_t h, char out[17]);
  * captured together into *output (caller frees; may be NULL). Returns the
  * exit status, 128+signal, or -1 if it could not be started. */
 int kf_run_capture(char *const argv[], char **output);
+/* The same with "NAME=value" entries (NULL-terminated) added to or replacing
+ * the child's environment. */
+int kf_run_capture_env(char *const argv[], char *const env[], char **output);
 
 double kf_now(void); /* monotonic seconds */
 int kf_parse_size(const char *s, uint64_t *out);
