@@ -103,6 +103,11 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
   qsort(plan->v + first, plan->n - first, sizeof *plan->v, cmp_instance);
 }
 
+void kf_plan_sort(kf_plan *plan) {
+  if (plan->n > 1)
+    qsort(plan->v, plan->n, sizeof *plan->v, cmp_instance);
+}
+
 void kf_plan_free(kf_plan *plan) {
   for (size_t i = 0; i < plan->n; i++) {
     free(plan->v[i].id);

@@ -25,6 +25,8 @@ typedef struct {
 
 /* Appends every instance of m to plan (sorted by id within the model). */
 void kf_plan_add_model(kf_plan *plan, const kf_model *m);
+/* Sorts all instances by id (across models). */
+void kf_plan_sort(kf_plan *plan);
 void kf_plan_free(kf_plan *plan);
 /* The instance with this id, or NULL. */
 kf_instance *kf_plan_find(const kf_plan *plan, const char *id);

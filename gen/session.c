@@ -177,6 +177,7 @@ int kf_session_load(kf_session *s, kf_cli *cli, int write_deps) {
     return 2;
   for (size_t i = 0; i < s->nmodels; i++)
     kf_plan_add_model(&s->plan, s->models[i]);
+  kf_plan_sort(&s->plan); /* one order by id across descriptions */
   s->units = kf_xcalloc(s->plan.n ? s->plan.n : 1, sizeof *s->units);
   char *deps = kf_path_join(s->cache.v1, "deps");
   s->digest = kf_digest_new(deps, write_deps);

@@ -1,0 +1,217 @@
+"""CLI basics (docs/cli.md): help, the keys format, warm, compile failures,
+explain, and import-hf on real Hugging Face configs."""
+import json
+import os
+import re
+import unittest
+
+from kfhelp import FIXTURE_MODEL, FIXTURES, Work, fixture_ids, parse_keys
+
+COMMANDS = ("build", "warm", "keys", "explain", "ls", "verify", "gc", "import-hf")
+BROKEN = "models/fx-broken.json"   # fx_broken fails to compile for width 2 only
+# `<tag> <name> <16-hex>` (cli.md); indentation and column padding allowed,
+# the name is empty for the scheme record
+INPUT_LINE = re.compile(r"^\s*(\S+)\s+(?:(\S+)\s+)?([0-9a-f]{16})$")
+UNCHANGED = "unchanged since last build"
+
+
+class Help(unittest.TestCase):
+
+    def test_help_on_every_subcommand(self):
+        w = Work(self, "help")
+        for cmd in COMMANDS:
+            with self.subTest(cmd):
+                for argv in ((cmd, "--help"), ("help", cmd)):
+                    r = w.kf(argv[0], *argv[1:], common=False)
+                    self.assertEqual(r.rc, 0, str(r))
+                    text = r.out + r.err
+                    self.assertRegex(text.lower(), r"usage", str(r))
+                    self.assertIn(f"kforge {cmd}", text, f"usage must name `kforge {cmd}`\n{r}")
+        r = w.kf("--help", common=False)
+        self.assertEqual(r.rc, 0, str(r))
+        for cmd in COMMANDS:
+            self.assertIn(cmd, r.out + r.err, "top-level help lists every command")
+
+    def test_bad_usage_exits_2(self):
+        w = Work(self, "usage")
+        for argv in (("frobnicate",), ("build", "--no-such-option", FIXTURE_MODEL),
+                     ("build",), ("explain", FIXTURE_MODEL), ("gc",),
+                     ("gc", "--max-size", "lots"), ("build", "-j", "zero", FIXTURE_MODEL)):
+            with self.subTest(" ".join(argv)):
+                r = w.kf(argv[0], *argv[1:], common=False)
+                self.assertEqual(r.rc, 2, str(r))
+                self.assertIn("kforge: error:", r.err, str(r))
+        self.assertFalse(os.path.exists(w.path("cache")), "bad usage wrote a cache")
+
+
+class Keys(unittest.TestCase):
+
+    def test_keys_format_and_writes_nothing(self):
+        w = Work(self, "keys")
+        w.cache, w.out = "no-cache-here", "no-out-here"
+        r = w.kf("keys", "--arch", "sm_90a,sm_100a", FIXTURE_MODEL)
+        self.assertEqual(r.rc, 0, str(r))
+        keys = parse_keys(self, r.out)   # '<id> <32 hex>', sorted by id
+        self.assertEqual(set(keys), fixture_ids(arches=("sm_90a", "sm_100a")))
+        self.assertEqual(len(set(keys.values())), len(keys))
+        for kid in keys:
+            self.assertRegex(kid, r"^fx-small/(add|copy|scale)/w[12]/sm_(90a|100a)$")
+        self.assertFalse(os.path.exists(w.path("no-cache-here")), "keys wrote a cache")
+        self.assertFalse(os.path.exists(w.path("no-out-here")), "keys wrote sources")
+
+    def test_keys_of_several_descriptions_sorted_by_id(self):
+        # cli.md: one line per kernel "sorted by id", across all descriptions
+        w = Work(self, "keys2")
+        r = w.kf("keys", FIXTURE_MODEL, "models/fx-golden.json")
+        self.assertEqual(r.rc, 0, str(r))
+        both = parse_keys(self, r.out)
+        self.assertEqual({i.split("/")[0] for i in both}, {"fx-small", "fx-golden"})
+        self.assertEqual(len(both), 6 + 4)
+
+
+class Warm(unittest.TestCase):
+
+    def test_warm_prints_cache_and_fails_when_a_kernel_cannot_be_built(self):
+        w = Work(self, "warm")
+        cache_abs = os.path.realpath(w.path(w.cache))
+        r = w.kf("warm", BROKEN)
+        self.assertEqual(r.rc, 1, f"warm must exit 1 when a kernel is missing\n{r}")
+        self.assertIn(f"cache: {cache_abs}", (r.out + r.err).splitlines(), str(r))
+        r = w.kf("warm", FIXTURE_MODEL)
+        self.assertEqual(r.rc, 0, str(r))
+        self.assertIn(f"cache: {cache_abs}", (r.out + r.err).splitlines(), str(r))
+        self.assertEqual(len(w.entries()), 6 + 3)
+        # warm again: all there, nothing compiled, still 0
+        r = w.kf("warm", FIXTURE_MODEL)
+        self.assertEqual(r.rc, 0, str(r))
+
+
+class CompileFailure(unittest.TestCase):
+
+    def test_compile_failure_shows_diagnostics_and_other_kernels_build(self):
+        w = Work(self, "fail")
+        keys = w.keys(BROKEN)
+        r = w.build(BROKEN, expect_rc=1)
+        self.assertEqual(r.summary, (4, 0, 3, 1), str(r))
+        text = r.out + r.err
+        self.assertIn("fx_broken_refuses_width_2", text, "the compiler's diagnostic is shown")
+        src = os.path.join("fx-broken", "sm_90a", "broken_w2.cu")
+        self.assertIn(src, text, "the diagnostic names the generated file")
+        self.assertIn("fx-broken/broken/w2/sm_90a", text, "the failing kernel id is named")
+        bad = keys["fx-broken/broken/w2/sm_90a"]
+        self.assertNotIn(bad, w.entries(), "a failed compile left a cache entry")
+        self.assertFalse(os.path.exists(w.entry_dir(bad)))
+        self.assertEqual(w.entries(), set(keys.values()) - {bad})
+        self.assertTrue(os.path.exists(w.path(w.out, src)), "the failing source is kept to look at")
+        r = w.ok("verify")
+        self.assertIn("3 entries ok", r.out + r.err)
+        # the failure is not cached: the next build tries again
+        r = w.build(BROKEN, expect_rc=1)
+        self.assertEqual(r.summary, (4, 3, 0, 1), str(r))
+
+
+class Explain(unittest.TestCase):
+
+    def explain(self, w, kid):
+        r = w.kf("explain", FIXTURE_MODEL, kid)
+        self.assertEqual(r.rc, 0, str(r))
+        lines = r.out.splitlines()
+        inputs = [INPUT_LINE.match(l) for l in lines]
+        inputs = [(m.group(1), m.group(2) or "", m.group(3)) for m in inputs if m]
+        tags = {t for t, _, _ in inputs}
+        self.assertTrue({"file", "param"} <= tags, f"explain lists the key's inputs\n{r}")
+        verdict = [l.strip() for l in lines
+                   if l.strip().startswith(("changed: ", "added: ", "removed: ", UNCHANGED))]
+        # "unchanged since last build (key …)": the verdict, details aside
+        verdict = [UNCHANGED if v.startswith(UNCHANGED) else v for v in verdict]
+        return inputs, verdict, r
+
+    def test_explain_names_the_changed_input(self):
+        w = Work(self, "explain")
+        self.assertEqual(w.build().summary, (6, 0, 6, 0))
+        scale, copy = "fx-small/scale/w1/sm_90a", "fx-small/copy/w1/sm_90a"
+        inputs, verdict, r = self.explain(w, scale)
+        self.assertEqual(verdict, [UNCHANGED], str(r))
+        files = [n for t, n, _ in inputs if t == "file"]
+        self.assertTrue(any(n.endswith("fx_math.cuh") for n in files), files)
+        self.assertFalse(any("fx_host_only" in n for n in files), files)
+
+        w.replace("templates/fx_math.cuh", "return a * b;", "return b * a;")
+        w.write("templates/fx_scale.cuh", "// a comment-only edit\n" + w.read("templates/fx_scale.cuh"))
+        inputs2, verdict, r = self.explain(w, scale)
+        self.assertEqual(len(verdict), 1, f"exactly one input changed\n{r}")
+        self.assertRegex(verdict[0], r"^changed: file \S*fx_math\.cuh(\W.*)?$", str(r))
+        before = dict(((t, n), h) for t, n, h in inputs)
+        after = dict(((t, n), h) for t, n, h in inputs2)
+        diff = [k for k in after if before.get(k) != after[k]]
+        self.assertEqual(len(diff), 1, f"the listed hashes differ in one input: {diff}")
+        _, verdict, r = self.explain(w, copy)
+        self.assertEqual(verdict, [UNCHANGED], str(r))
+
+        d = w.load_json(FIXTURE_MODEL)
+        d["kernels"][2]["params"]["STRIDE"] = 4
+        w.dump_json(FIXTURE_MODEL, d)
+        _, verdict, r = self.explain(w, copy)
+        self.assertTrue([v for v in verdict if re.match(r"^changed: param STRIDE\b", v)], str(r))
+        self.assertFalse([v for v in verdict if v.startswith("changed: file")], str(r))
+
+
+class ImportHF(unittest.TestCase):
+
+    def imported(self, config, name, family, expect_shape, check_keys=True):
+        w = Work(self, "hf", copy_shipped=True)
+        cfg = os.path.join(FIXTURES, "hf", config)
+        out = f"shipped/models/{name}.json"
+        r = w.kf("import-hf", cfg, "-o", out, "--name", name, common=False)
+        self.assertEqual(r.rc, 0, str(r))
+        desc = w.load_json(out)
+        self.assertEqual(desc.get("name"), name)
+        self.assertEqual(desc.get("family"), family)
+        shape = desc.get("shape", {})
+        for k, v in expect_shape.items():
+            self.assertIn(k, shape, f"shape lacks {k}: {shape}")
+            self.assertEqual(shape[k], v, f"shape.{k}")
+        # stdout mode gives the same description
+        r2 = w.kf("import-hf", cfg, "--name", name, common=False)
+        self.assertEqual(r2.rc, 0, str(r2))
+        self.assertEqual(json.loads(r2.out), desc)
+        if not check_keys:
+            return desc
+        # and kforge accepts what it wrote
+        r = w.kf("keys", "--templates", "shipped/templates", "--arch", "sm_90a", out,
+                 common=False)
+        self.assertEqual(r.rc, 0, f"kforge keys rejects the imported description\n{r}")
+        keys = parse_keys(self, r.out)
+        self.assertTrue(keys)
+        for kid in keys:
+            self.assertTrue(kid.startswith(name + "/"), kid)
+        return desc
+
+    def test_import_hf_qwen3(self):
+        self.imported("qwen3-0.6b.config.json", "qwen3-0.6b", "qwen3",
+                      {"hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
+                       "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6,
+                       "rope_theta": 1000000})
+
+    def test_import_hf_llama(self):
+        self.imported("llama-3.2-1b.config.json", "llama-3.2-1b", "llama",
+                      {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+                       "num_key_value_heads": 8, "head_dim": 64, "rms_norm_eps": 1e-5,
+                       "rope_theta": 500000})
+        # no head_dim in the config: hidden_size / num_attention_heads
+        self.imported("llama-3.1-8b.config.json", "llama-3.1-8b", "llama",
+                      {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                       "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-5,
+                       "rope_theta": 500000}, check_keys=False)
+
+    def test_import_hf_refuses_unknown_model_type(self):
+        w = Work(self, "hf-bad")
+        r = w.kf("import-hf", os.path.join(FIXTURES, "hf", "gpt2.config.json"), "-o", "x.json",
+                 common=False)
+        self.assertEqual(r.rc, 2, str(r))
+        self.assertIn("gpt2", r.err)
+        self.assertFalse(os.path.exists(w.path("x.json")))
+
+
+if __name__ == "__main__":
+    unittest.main()
