@@ -259,24 +259,30 @@ typedef struct {
 
 static void parse_resources(const char *out, cJSON *res) {
   long regs = -1, stack = 0, spill_st = 0, spill_ld = 0, smem = 0;
+  /* ptxas -v: "Used 32 registers, used 1 barriers, 512 bytes smem" and
+   * "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads";
+   * clang's resource remarks: "VGPRs: 32", "ScratchSize [bytes/lane]: 0".
+   * Values are taken only from complete matches at the start of a word. */
   for (const char *p = out; p && *p; p++) {
-    long v;
-    if (sscanf(p, "Used %ld registers", &v) == 1 && (p == out || p[-1] == ' '))
-      regs = v;
-    else if (sscanf(p, "%ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads",
-                    &stack, &spill_st, &spill_ld) == 3 &&
-             (p == out || p[-1] == ' ' || p[-1] == '\n'))
-      p += 10;
+    if (p != out && p[-1] != ' ' && p[-1] != '\n' && p[-1] != ':')
+      continue;
+    long a, b, c;
+    int n = 0;
+    if (sscanf(p, "Used %ld registers%n", &a, &n) == 1 && n > 0)
+      regs = a;
+    else if (n = 0,
+             sscanf(p, "%ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads%n", &a,
+                    &b, &c, &n) == 3 &&
+                 n > 0) {
+      stack = a;
+      spill_st = b;
+      spill_ld = c;
+    } else if (n = 0, sscanf(p, "%ld bytes smem%n", &a, &n) == 1 && n > 0)
+      smem = a;
     else if (!strncmp(p, "VGPRs: ", 7))
       regs = strtol(p + 7, NULL, 10);
     else if (!strncmp(p, "ScratchSize [bytes/lane]: ", 26))
       stack = strtol(p + 26, NULL, 10);
-    if (!strncmp(p, "bytes smem", 10)) {
-      const char *q = p - 1;
-      while (q > out && q[-1] >= '0' && q[-1] <= '9')
-        q--;
-      smem = strtol(q, NULL, 10);
-    }
   }
   cJSON_AddNumberToObject(res, "registers", (double)regs);
   cJSON_AddNumberToObject(res, "stack_bytes", (double)stack);
