@@ -1,0 +1,451 @@
+// decode_attention.cuh: paged grouped-query attention for decode, one query
+// token per row, flash-decoding style, with the combine in the same launch.
+//
+//   out[r, hq, :] = softmax(q[r, hq] . K[r, :, hq / G]^T / sqrt(HEAD_DIM)) V
+//
+// over the row's own seq_lens[r] tokens, found through its page-table row
+// block_tables[r * block_table_stride + token / PAGE_SIZE] in the caches
+// [pages, PAGE_SIZE, NUM_KV_HEADS, HEAD_DIM]. G = NUM_Q_HEADS / NUM_KV_HEADS.
+//
+// Work split: grid [SPLITS, NUM_KV_HEADS, W], block 128 threads. A block owns
+// one (row, kv head) and a contiguous range of 16-token tiles: the row's
+// ceil(L / 16) tiles are cut into ranges of max(ceil(tiles / SPLITS), 4)
+// tiles, which depends on the row's own length L alone. K and V of the kv head are read
+// once for all G query heads. Inside a block, warp w takes tiles w, w + 4, ...
+// and keeps an online softmax; the block merges its warps in warp order. A
+// row with one active range writes out directly; otherwise each range writes
+// (max, sum, unnormalised output) to `workspace` and the block that arrives
+// last on the (row, kv head) counter in `semaphores` merges the ranges in
+// range order and resets the counter to zero. So every reduction order is a
+// function of (L, SPLITS) only: batch invariant, and deterministic.
+//
+// Buffers the caller provides:
+//   workspace   W * NUM_KV_HEADS * SPLITS * (G * HEAD_DIM + 4 * ceil(G / 2))
+//               floats (= ... * G * (HEAD_DIM + 2) for even G)
+//   semaphores  W * NUM_KV_HEADS ints, zero before the first launch; every
+//               launch leaves them zero.
+// Launches that share these buffers must not run concurrently.
+#ifndef KF_DECODE_ATTENTION_CUH
+#define KF_DECODE_ATTENTION_CUH
+
+#include "kf_mma.cuh"
+#include "kf_portability.cuh"
+#include "kf_reduce.cuh"
+
+namespace kf {
+
+constexpr int kAttnThreads = 128; // == decode_attention.json launch.block[0]
+constexpr int kAttnTile = 16;     // tokens per tile
+
+// One warp's running softmax state for the G query heads of a kv head, in a
+// form both code paths produce: per head the running max m (log2 units), the
+// running sum l and the unnormalised output o[HEAD_DIM].
+template <int G, int D, int NW>
+struct attn_partials {
+  float m[NW][G];
+  float l[NW][G];
+  float o[NW][G][D];
+};
+
+// Cache row (token `tok` of the row, kv head h), given the row's page table.
+template <int PAGE_SIZE, int HKV, int D>
+KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
+  const long long page = page_row[tok / PAGE_SIZE];
+  return ((page * PAGE_SIZE + tok % PAGE_SIZE) * HKV + h) * D;
+}
+
+// Tuning knob: 1 issues the next tile's loads before the current tile's
+// arithmetic (twice the registers for K and V, twice the bytes in flight).
+#ifndef KF_ATTN_PREFETCH
+#define KF_ATTN_PREFETCH 0
+#endif // KF_ATTN_PREFETCH
+
+#if KF_USE_MMA
+// One 16-token tile of K and V as a lane holds it for the matrix
+// instructions: K tokens 8 nt + g at head-dim 32 j + 8 t; V tokens
+// {2t, 2t+1, 8+2t, 9+2t} at head-dim 64 hh + 8 g. Tokens >= len are zeros
+// (never read: a page's tail may hold anything, NaN included).
+template <int D>
+struct kv_tile {
+  vec8 k[2][D / 32];
+  vec8 v[4][D / 64];
+};
+
+// page: the cache page holding the tile (a tile never straddles pages).
+template <int D, int HKV, int PAGE_SIZE>
+KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16 *v_cache,
+                            int page, int kv_head, int len, int tile, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int tok0 = tile * kAttnTile;
+  const long long base = ((long long)page * PAGE_SIZE + tok0 % PAGE_SIZE) * HKV * D + (long long)kv_head * D;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const int tok = tok0 + 8 * nt + g;
+    const bool ok = tok < len;
+    const kf_bf16 *p = k_cache + base + (long long)(8 * nt + g) * HKV * D;
+#pragma unroll
+    for (int j = 0; j < D / 32; ++j) r.k[nt][j] = ok ? load_stream(p + 32 * j + 8 * t) : zero_vec();
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int tok = tok0 + (a >> 1) * 8 + 2 * t + (a & 1);
+    const bool ok = tok < len;
+    const kf_bf16 *p = v_cache + base + (long long)(tok - tok0) * HKV * D;
+#pragma unroll
+    for (int hh = 0; hh < D / 64; ++hh) r.v[a][hh] = ok ? load_stream(p + 64 * hh + 8 * g) : zero_vec();
+  }
+}
+
+// Warp building block (matrix instructions): attend tiles first, first + step,
+// ... < end_tile of one row and kv head, and leave the state in part[warp].
+// q rows are the G query heads (q_head0 points at the first, HEAD_DIM apart).
+//
+// S^T = Q K^T runs as m16n8k16 with the heads as M (G of 16 rows used) and 8
+// tokens as N; its accumulator layout (head g, tokens 2t, 2t+1) is exactly
+// the B fragment of the next product O^T = V^T P^T (M = head-dim rows, N =
+// heads), so P never leaves registers. V^T fragments are built from 16-byte
+// row loads with byte permutes.
+template <int D, int G, int HKV, int PAGE_SIZE, int NW>
+KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
+                                const kf_bf16 *v_cache, const int *page_row, int kv_head, int len,
+                                int first_tile, int end_tile, int step, float scale_log2,
+                                attn_partials<G, D, NW> &part, int warp, int lane) {
+  static_assert(D % 64 == 0, "HEAD_DIM must be a multiple of 64");
+  static_assert(G >= 1 && G <= 8, "at most 8 query heads per kv head");
+  constexpr int KJ = D / 32; // 16-byte K loads per token row per lane
+  constexpr int VH = D / 64; // 16-byte V loads per token per lane
+  constexpr int MT = D / 16; // O^T m-tiles
+  const int g = lane >> 2, t = lane & 3;
+
+  // Q as the A operand: rows g < G are heads, the rest zero.
+  uint32_t qa[KJ][2][2];
+#pragma unroll
+  for (int j = 0; j < KJ; ++j) {
+    const vec8 qv = g < G ? load_shared_ro(q_head0 + (long long)g * D + 32 * j + 8 * t) : zero_vec();
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      qa[j][hf][0] = qv.w[2 * hf];
+      qa[j][hf][1] = qv.w[2 * hf + 1];
+    }
+  }
+
+  float m_run = -INFINITY, l_run = 0.f;
+  float o[MT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+
+  // Page numbers are read a tile ahead of the loads that need them.
+  auto page_of = [&](int tile) { return tile < end_tile ? page_row[tile * kAttnTile / PAGE_SIZE] : 0; };
+  kv_tile<D> cur, nxt;
+  if (first_tile < end_tile)
+    load_kv_tile<D, HKV, PAGE_SIZE>(cur, k_cache, v_cache, page_of(first_tile), kv_head, len,
+                                    first_tile, lane);
+  int page_next = page_of(first_tile + step);
+  for (int tile = first_tile; tile < end_tile; tile += step) {
+    const int tok0 = tile * kAttnTile;
+    const int next = tile + step;
+    const int page_after = page_of(next + step);
+    if (KF_ATTN_PREFETCH && next < end_tile)
+      load_kv_tile<D, HKV, PAGE_SIZE>(nxt, k_cache, v_cache, page_next, kv_head, len, next, lane);
+    const vec8(&kv)[2][KJ] = cur.k;
+    const vec8(&vv)[4][VH] = cur.v;
+
+    // Scores: sc[nt][e] is head g, token tok0 + 8 nt + 2t + e.
+    float sc[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+      for (int j = 0; j < KJ; ++j) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          mma_bf16_16816(sc[nt], qa[j][hf][0], 0u, qa[j][hf][1], 0u, kv[nt][j].w[2 * hf],
+                         kv[nt][j].w[2 * hf + 1]);
+      }
+    }
+    float x[2][2];
+    float tmax = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int tok = tok0 + 8 * nt + 2 * t + e;
+        x[nt][e] = tok < len ? sc[nt][e] * scale_log2 : -INFINITY;
+        tmax = fmaxf(tmax, x[nt][e]);
+      }
+    }
+    tmax = group_max<4>(tmax);
+    const float m_new = fmaxf(m_run, tmax); // finite: token tok0 is always real
+    const float corr = exp2f(m_run - m_new);
+    float p[2][2], psum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        p[nt][e] = exp2f(x[nt][e] - m_new);
+        psum += p[nt][e];
+      }
+    }
+    l_run = l_run * corr + psum;
+    m_run = m_new;
+    // O^T columns are heads 2t and 2t+1, whose factors live in lanes 8t, 8t+4.
+    const float c0 = shfl(corr, 8 * t), c1 = shfl(corr, 8 * t + 4);
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      o[i][0] *= c0;
+      o[i][1] *= c1;
+      o[i][2] *= c0;
+      o[i][3] *= c1;
+    }
+    const uint32_t b0 = pack_bf16x2(p[0][0], p[0][1]);
+    const uint32_t b1 = pack_bf16x2(p[1][0], p[1][1]);
+#pragma unroll
+    for (int hh = 0; hh < VH; ++hh) {
+#pragma unroll
+      for (int pp = 0; pp < 4; ++pp) {
+        // m rows: g <-> head-dim 64 hh + 8 g + 2 pp, g + 8 <-> the next one.
+        const uint32_t a0 = interleave_bf16(vv[0][hh].w[pp], vv[1][hh].w[pp], false);
+        const uint32_t a1 = interleave_bf16(vv[0][hh].w[pp], vv[1][hh].w[pp], true);
+        const uint32_t a2 = interleave_bf16(vv[2][hh].w[pp], vv[3][hh].w[pp], false);
+        const uint32_t a3 = interleave_bf16(vv[2][hh].w[pp], vv[3][hh].w[pp], true);
+        mma_bf16_16816(o[hh * 4 + pp], a0, a1, a2, a3, b0, b1);
+      }
+    }
+    if (KF_ATTN_PREFETCH)
+      cur = nxt;
+    else if (next < end_tile)
+      load_kv_tile<D, HKV, PAGE_SIZE>(cur, k_cache, v_cache, page_next, kv_head, len, next, lane);
+    page_next = page_after;
+  }
+
+  const float l_sum = group_sum<4>(l_run);
+  if (t == 0 && g < G) {
+    part.m[warp][g] = m_run;
+    part.l[warp][g] = l_sum;
+  }
+#pragma unroll
+  for (int hh = 0; hh < VH; ++hh) {
+#pragma unroll
+    for (int pp = 0; pp < 4; ++pp) {
+      const int d = 64 * hh + 8 * g + 2 * pp;
+      const float *c = o[hh * 4 + pp];
+      if (2 * t < G) {
+        part.o[warp][2 * t][d] = c[0];
+        part.o[warp][2 * t][d + 1] = c[2];
+      }
+      if (2 * t + 1 < G) {
+        part.o[warp][2 * t + 1][d] = c[1];
+        part.o[warp][2 * t + 1][d + 1] = c[3];
+      }
+    }
+  }
+}
+#endif // KF_USE_MMA
+
+// Warp building block (portable): the same contract as attend_tiles_mma,
+// one token at a time, lanes striding over the head dimension.
+template <int D, int G, int HKV, int PAGE_SIZE, int NW>
+KF_DEVICE void attend_tiles_generic(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
+                                    const kf_bf16 *v_cache, const int *page_row, int kv_head,
+                                    int len, int first_tile, int end_tile, int step,
+                                    float scale_log2, attn_partials<G, D, NW> &part, int warp,
+                                    int lane) {
+  static_assert(D % kWarpSize == 0, "HEAD_DIM must be a multiple of the warp size");
+  constexpr int PER = D / kWarpSize;
+  float q[G][PER], o[G][PER], m[G], l[G];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const uint16_t bits = reinterpret_cast<const uint16_t *>(q_head0)[h * D + lane + i * kWarpSize];
+      q[h][i] = __uint_as_float((uint32_t)bits << 16);
+      o[h][i] = 0.f;
+    }
+  }
+  for (int tile = first_tile; tile < end_tile; tile += step) {
+    for (int tok = tile * kAttnTile; tok < (tile + 1) * kAttnTile && tok < len; ++tok) {
+      const long long off = kv_offset<PAGE_SIZE, HKV, D>(page_row, tok, kv_head);
+      float kf[PER], vf[PER];
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        kf[i] = __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(k_cache)[off + lane + i * kWarpSize] << 16);
+        vf[i] = __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(v_cache)[off + lane + i * kWarpSize] << 16);
+      }
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) s = fmaf(q[h][i], kf[i], s);
+        s = warp_sum(s) * scale_log2;
+        const float m_new = fmaxf(m[h], s);
+        const float corr = exp2f(m[h] - m_new), p = exp2f(s - m_new);
+        l[h] = l[h] * corr + p;
+        m[h] = m_new;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) o[h][i] = fmaf(p, vf[i], o[h][i] * corr);
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    if (lane == 0) {
+      part.m[warp][h] = m[h];
+      part.l[warp][h] = l[h];
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) part.o[warp][h][lane + i * kWarpSize] = o[h][i];
+  }
+}
+
+// Block building block: merge NW warp states (warp order) into one state per
+// head; calls emit(h, d, value_sum, m, l) for every head h < G and d < D, with
+// value_sum the unnormalised output. Warps that saw no token have m = -inf.
+template <int G, int D, int NW, int THREADS, class Emit>
+KF_DEVICE void merge_warps(const attn_partials<G, D, NW> &part, Emit emit) {
+  for (int e = (int)threadIdx.x; e < G * D; e += THREADS) {
+    const int h = e / D, d = e % D;
+    float mx = part.m[0][h];
+#pragma unroll
+    for (int w = 1; w < NW; ++w) mx = fmaxf(mx, part.m[w][h]);
+    float acc = 0.f, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const float f = part.m[w][h] == -INFINITY ? 0.f : exp2f(part.m[w][h] - mx);
+      acc = fmaf(part.o[w][h][d], f, acc);
+      l = fmaf(part.l[w][h], f, l);
+    }
+    emit(h, d, acc, mx, l);
+  }
+}
+
+// Entry: grid [SPLITS, NUM_KV_HEADS, W], block [128].
+template <class P>
+KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
+                                      const kf_bf16 *v_cache, const int *block_tables,
+                                      int block_table_stride, const int *seq_lens, kf_bf16 *out,
+                                      float *workspace, int *semaphores, int rows) {
+  constexpr int D = P::HEAD_DIM, HQ = P::NUM_Q_HEADS, HKV = P::NUM_KV_HEADS;
+  constexpr int G = HQ / HKV, SPLITS = P::SPLITS, PS = P::PAGE_SIZE;
+  constexpr int NW = kAttnThreads / kWarpSize;
+  static_assert(HQ % HKV == 0, "NUM_Q_HEADS must be a multiple of NUM_KV_HEADS");
+  static_assert(PS % kAttnTile == 0, "PAGE_SIZE must be a multiple of 16");
+  // One range's record in workspace: o[G][D], then m[G], l[G], padded to 16 bytes.
+  constexpr int kPartFloats = G * D + (2 * G + 3) / 4 * 4;
+
+  __shared__ attn_partials<G, D, NW> part;
+  __shared__ float range_w[SPLITS][G]; // m of each range, then its weight
+  __shared__ float range_s[SPLITS][G]; // l of each range
+  __shared__ float range_l[G];
+  __shared__ int is_last;
+
+  const int split = (int)blockIdx.x, kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
+  if (row >= rows) return;
+  const int len = seq_lens[row];
+  const int n_tiles = (len + kAttnTile - 1) / kAttnTile;
+  // At most SPLITS ranges, and at least one tile per warp in each.
+  const int per_range = max((n_tiles + SPLITS - 1) / SPLITS, NW);
+  const int n_ranges = max((n_tiles + per_range - 1) / per_range, 1); // 1 when len == 0: zeros
+  if (split >= n_ranges) return;
+  const int tile0 = split * per_range;
+  const int tile1 = min(tile0 + per_range, n_tiles);
+
+  const int warp = warp_id(), lane = lane_id();
+  const kf_bf16 *q_head0 = q + ((long long)row * HQ + (long long)kv_head * G) * D;
+  const int *page_row = block_tables + (long long)row * block_table_stride;
+  const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+#if KF_USE_MMA
+  attend_tiles_mma<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
+                                      tile0 + warp, tile1, NW, scale_log2, part, warp, lane);
+#else
+  attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
+                                          tile0 + warp, tile1, NW, scale_log2, part, warp, lane);
+#endif // KF_USE_MMA
+  __syncthreads();
+
+  kf_bf16 *out_head0 = out + ((long long)row * HQ + (long long)kv_head * G) * D;
+  if (n_ranges == 1) {
+    merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float, float l) {
+      store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
+    });
+    return;
+  }
+
+  float *ws_pair = workspace + ((long long)row * HKV + kv_head) * SPLITS * kPartFloats;
+  float *rec = ws_pair + (long long)split * kPartFloats;
+  merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float mx, float l) {
+    rec[h * D + d] = acc;
+    if (d == 0) {
+      rec[G * D + h] = mx;
+      rec[G * D + G + h] = l;
+    }
+  });
+  fence_device();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int *sem = semaphores + (long long)row * HKV + kv_head;
+    is_last = atomicAdd(sem, 1) == n_ranges - 1;
+    if (is_last) *sem = 0; // every range has arrived: reset for the next launch
+  }
+  __syncthreads();
+  if (!is_last) return;
+  fence_device();
+
+  // Merge the ranges in range order. Every record is fetched with loads
+  // issued together (one range per thread, then 8 ranges per batch), not one
+  // dependent load after another.
+  for (int s = (int)threadIdx.x; s < n_ranges; s += kAttnThreads) {
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      range_w[s][h] = load_coherent(ws_pair + (long long)s * kPartFloats + G * D + h);
+      range_s[s][h] = load_coherent(ws_pair + (long long)s * kPartFloats + G * D + G + h);
+    }
+  }
+  __syncthreads();
+  if ((int)threadIdx.x < G) {
+    const int h = (int)threadIdx.x;
+    float mx = -INFINITY;
+    for (int s = 0; s < n_ranges; ++s) mx = fmaxf(mx, range_w[s][h]);
+    float l = 0.f;
+    for (int s = 0; s < n_ranges; ++s) {
+      const float ms = range_w[s][h];
+      const float f = ms == -INFINITY ? 0.f : exp2f(ms - mx);
+      range_w[s][h] = f;
+      l = fmaf(range_s[s][h], f, l);
+    }
+    range_l[h] = l;
+  }
+  __syncthreads();
+  constexpr int kBatch = 8;
+  for (int e = (int)threadIdx.x; e < G * D / 4; e += kAttnThreads) {
+    const int h = e / (D / 4), d = 4 * (e % (D / 4));
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < n_ranges; s0 += kBatch) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (s0 + u < n_ranges) v[u] = load_coherent4(ws_pair + (long long)(s0 + u) * kPartFloats + h * D + d);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (s0 + u < n_ranges) {
+          const float f = range_w[s0 + u][h];
+          acc.x = fmaf(v[u].x, f, acc.x);
+          acc.y = fmaf(v[u].y, f, acc.y);
+          acc.z = fmaf(v[u].z, f, acc.z);
+          acc.w = fmaf(v[u].w, f, acc.w);
+        }
+      }
+    }
+    const float inv = range_l[h] > 0.f ? 1.f / range_l[h] : 0.f;
+    kf_bf16 *o = out_head0 + h * D + d;
+    store_bf16(o, acc.x * inv);
+    store_bf16(o + 1, acc.y * inv);
+    store_bf16(o + 2, acc.z * inv);
+    store_bf16(o + 3, acc.w * inv);
+  }
+}
+
+} // namespace kf
+
+#endif // KF_DECODE_ATTENTION_CUH

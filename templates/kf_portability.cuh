@@ -1,0 +1,264 @@
+// kf_portability.cuh: the one place that maps CUDA and HIP names for kforge's
+// templates. Everything vendor-specific (bf16 type, warp/wavefront width,
+// shuffles, fences, cache-hinted loads) is spelled here once; templates use
+// only the kf_ names below. Architecture tests are predicates on one integer,
+// KF_ARCH_CODE:
+//   0                 host compilation pass (no device code is generated)
+//   100 .. 0xffff     NVIDIA, __CUDA_ARCH__ (900 = sm_90a, 1000 = sm_100a)
+//   0x10000 | 0xMNS   AMD gfxMNS (gfx942 = 0x10942, gfx90a = 0x1090a,
+//                     gfx1100 = 0x11100)
+#ifndef KF_PORTABILITY_CUH
+#define KF_PORTABILITY_CUH
+
+#include <stdint.h>
+
+#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
+#define KF_VENDOR_HIP 1
+#include <hip/hip_runtime.h>
+#include <hip/hip_bf16.h>
+#else
+#define KF_VENDOR_HIP 0
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#endif // defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
+
+// ---- the architecture code -------------------------------------------------
+#if KF_VENDOR_HIP
+#if defined(__gfx942__)
+#define KF_ARCH_CODE 0x10942
+#elif defined(__gfx941__)
+#define KF_ARCH_CODE 0x10941
+#elif defined(__gfx940__)
+#define KF_ARCH_CODE 0x10940
+#elif defined(__gfx90a__)
+#define KF_ARCH_CODE 0x1090a
+#elif defined(__gfx1100__)
+#define KF_ARCH_CODE 0x11100
+#elif defined(__HIP_DEVICE_COMPILE__)
+#define KF_ARCH_CODE 0x10000 // an AMD target this table does not name
+#else
+#define KF_ARCH_CODE 0
+#endif // gfx target macros
+#else
+#if defined(__CUDA_ARCH__)
+#define KF_ARCH_CODE __CUDA_ARCH__
+#else
+#define KF_ARCH_CODE 0
+#endif // defined(__CUDA_ARCH__)
+#endif // KF_VENDOR_HIP
+
+#define KF_ARCH_IS_NVIDIA (KF_ARCH_CODE > 0 && KF_ARCH_CODE < 0x10000)
+#define KF_ARCH_IS_AMD (KF_ARCH_CODE >= 0x10000)
+// Warp-level bf16 matrix instruction mma.sync.m16n8k16 (sm_80 and later,
+// sm_90a and sm_100a included).
+#define KF_HAS_MMA_BF16 (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 800)
+// Templates may be built with KF_FORCE_GENERIC defined to take their portable
+// (no matrix instruction) paths on NVIDIA too, which lets the HIP code paths
+// be tested on a CUDA machine.
+#if defined(KF_FORCE_GENERIC)
+#define KF_USE_MMA 0
+#else
+#define KF_USE_MMA KF_HAS_MMA_BF16
+#endif // defined(KF_FORCE_GENERIC)
+
+// ---- types -----------------------------------------------------------------
+#if KF_VENDOR_HIP
+typedef __hip_bfloat16 kf_bf16;
+#else
+typedef __nv_bfloat16 kf_bf16;
+#endif // KF_VENDOR_HIP
+
+#define KF_DEVICE __device__ __forceinline__
+
+// Threads that execute in lockstep: 32 on NVIDIA; 64 on AMD CDNA (gfx9),
+// 32 on RDNA built for wave32. Never hard-code 32 in a template.
+#if KF_VENDOR_HIP
+#if defined(__AMDGCN_WAVEFRONT_SIZE__)
+#define KF_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE__
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
+#define KF_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+#else
+#define KF_WARP_SIZE 64
+#endif // wavefront size macros
+#else
+#define KF_WARP_SIZE 32
+#endif // KF_VENDOR_HIP
+
+namespace kf {
+
+constexpr int kWarpSize = KF_WARP_SIZE;
+
+// ---- lane exchange ---------------------------------------------------------
+KF_DEVICE float shfl_xor(float v, int mask) {
+#if KF_VENDOR_HIP
+  return __shfl_xor(v, mask);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif // KF_VENDOR_HIP
+}
+
+KF_DEVICE float shfl(float v, int src_lane) {
+#if KF_VENDOR_HIP
+  return __shfl(v, src_lane);
+#else
+  return __shfl_sync(0xffffffffu, v, src_lane);
+#endif // KF_VENDOR_HIP
+}
+
+KF_DEVICE int lane_id() { return (int)(threadIdx.x % kWarpSize); }
+KF_DEVICE int warp_id() { return (int)(threadIdx.x / kWarpSize); }
+
+// ---- memory ----------------------------------------------------------------
+// 16-byte vector of 8 bf16 values, as raw bits.
+struct alignas(16) vec8 {
+  uint32_t w[4];
+};
+
+// A load of data read once per launch (weights, KV cache): no L1 allocation,
+// so that activations re-read by many blocks keep their L1 lines.
+KF_DEVICE vec8 load_stream(const void *p) {
+  vec8 v;
+#if KF_ARCH_IS_NVIDIA
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+#else
+  v = *reinterpret_cast<const vec8 *>(p);
+#endif // KF_ARCH_IS_NVIDIA
+  return v;
+}
+
+// A load of data many blocks read (activations): cached at every level.
+KF_DEVICE vec8 load_shared_ro(const void *p) {
+#if KF_ARCH_IS_NVIDIA
+  vec8 v;
+  asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+  return v;
+#else
+  return *reinterpret_cast<const vec8 *>(p);
+#endif // KF_ARCH_IS_NVIDIA
+}
+
+// A load of data another block of this launch wrote: read from the device-
+// coherent level (L2), never from a stale L1 line.
+KF_DEVICE float load_coherent(const float *p) {
+#if KF_VENDOR_HIP
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  return __ldcg(p);
+#endif // KF_VENDOR_HIP
+}
+
+// A plain load, for data this thread may also write (a residual in place).
+KF_DEVICE vec8 load_vec(const void *p) { return *reinterpret_cast<const vec8 *>(p); }
+
+// Four floats another block of this launch wrote (16-byte aligned).
+KF_DEVICE float4 load_coherent4(const float *p) {
+#if KF_VENDOR_HIP
+  float4 v;
+  v.x = load_coherent(p);
+  v.y = load_coherent(p + 1);
+  v.z = load_coherent(p + 2);
+  v.w = load_coherent(p + 3);
+  return v;
+#else
+  return __ldcg(reinterpret_cast<const float4 *>(p));
+#endif // KF_VENDOR_HIP
+}
+
+// Asynchronous 16-byte global -> shared copies (cp.async, sm_80 and later):
+// in flight without holding registers, completed in commit-group order. A
+// thread that reads back only what it copied itself needs no barrier, only
+// async_wait. Elsewhere they are plain copies.
+#define KF_HAS_CP_ASYNC (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 800)
+
+KF_DEVICE void async_copy16(void *smem, const void *gmem) {
+#if KF_HAS_CP_ASYNC
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *reinterpret_cast<vec8 *>(smem) = *reinterpret_cast<const vec8 *>(gmem);
+#endif // KF_HAS_CP_ASYNC
+}
+
+KF_DEVICE void async_commit() {
+#if KF_HAS_CP_ASYNC
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif // KF_HAS_CP_ASYNC
+}
+
+// Waits until at most N of this thread's commit groups are still in flight.
+template <int N>
+KF_DEVICE void async_wait() {
+#if KF_HAS_CP_ASYNC
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif // KF_HAS_CP_ASYNC
+}
+
+KF_DEVICE void store_vec(void *p, vec8 v) { *reinterpret_cast<vec8 *>(p) = v; }
+
+KF_DEVICE vec8 zero_vec() {
+  vec8 v;
+  v.w[0] = v.w[1] = v.w[2] = v.w[3] = 0u;
+  return v;
+}
+
+// Orders this thread's earlier global writes before its later ones as seen
+// by every block of the launch.
+KF_DEVICE void fence_device() { __threadfence(); }
+
+// ---- bf16 <-> float (bit exact and identical on every vendor) -------------
+KF_DEVICE float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
+KF_DEVICE float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
+
+// Round to nearest even; NaN stays NaN.
+KF_DEVICE uint32_t float_to_bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+KF_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+#if KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 800
+  uint32_t r; // one instruction, the same round-to-nearest-even
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return float_to_bf16_bits(lo) | (float_to_bf16_bits(hi) << 16);
+#endif // KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 800
+}
+
+KF_DEVICE void unpack8(const vec8 &v, float f[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = bf16_lo(v.w[i]);
+    f[2 * i + 1] = bf16_hi(v.w[i]);
+  }
+}
+
+KF_DEVICE vec8 pack8(const float f[8]) {
+  vec8 v;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v.w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
+  return v;
+}
+
+KF_DEVICE void store_bf16(kf_bf16 *p, float v) {
+  *reinterpret_cast<uint16_t *>(p) = (uint16_t)float_to_bf16_bits(v);
+}
+
+// Two bf16 halves taken from two words: (lo16 of a, lo16 of b) for
+// take_hi == false, (hi16 of a, hi16 of b) otherwise.
+KF_DEVICE uint32_t interleave_bf16(uint32_t a, uint32_t b, bool take_hi) {
+#if KF_VENDOR_HIP
+  return take_hi ? ((a >> 16) | (b & 0xffff0000u)) : ((a & 0xffffu) | (b << 16));
+#else
+  return __byte_perm(a, b, take_hi ? 0x7632 : 0x5410);
+#endif // KF_VENDOR_HIP
+}
+
+} // namespace kf
+
+#endif // KF_PORTABILITY_CUH

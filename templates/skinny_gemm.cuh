@@ -1,0 +1,201 @@
+// skinny_gemm.cuh: y[R x N] = x[R x K] * W^T for decode widths R <= 8, W
+// row-major [N x K] in bf16, fp32 accumulation (qkv_proj, o_proj, down_proj).
+//
+// Memory-bound: W is read once, in 16-byte pieces. One block (256 threads)
+// owns 16 rows of W and sweeps K in spans of 8 warps x 4 steps x 32 k; each
+// warp streams its steps through a per-lane cp.async ring in shared memory
+// (4 steps in flight) and runs m16n8k16 matrix instructions with W as A and
+// the activations as B (one activation row per B column); the block sums the
+// warps' partial tiles in warp order. None of that depends on R, the width
+// or the other rows, so a row's output is bitwise the same alone, among
+// others or padded (batch invariance); columns of pad rows are zero and never
+// stored. Measured on the H200 (docs/perf-notes.md): 50-67% of the read
+// ceiling on the 8B shapes, short of the 85% target.
+//
+// skinny_gemm_block is the building block (any epilogue, several tiles per
+// block, e.g. gate and up for gate_up_silu.cuh); skinny_gemm_entry is the
+// thin entry for the schema in skinny_gemm.json.
+#ifndef KF_SKINNY_GEMM_CUH
+#define KF_SKINNY_GEMM_CUH
+
+#include "kf_mma.cuh"
+#include "kf_portability.cuh"
+#include "kf_reduce.cuh"
+
+namespace kf {
+
+// Tuning knobs.
+// KF_GEMM_STEPS_IN_FLIGHT: 32-k steps x tiles of weights a warp has in flight
+//   (each is two 16-byte loads per lane).
+// KF_GEMM_ASYNC: 1 streams weights through a per-lane shared-memory ring
+//   filled by cp.async (the copies hold no registers, so the compiler cannot
+//   trade them for fewer registers and serialise the loads, as it does with
+//   plain loads: seen on sm_90a, about 55% of the bandwidth ceiling); 0 uses
+//   plain register loads (warp_gemm_tiles).
+#ifndef KF_GEMM_STEPS_IN_FLIGHT
+#define KF_GEMM_STEPS_IN_FLIGHT 4
+#endif // KF_GEMM_STEPS_IN_FLIGHT
+#ifndef KF_GEMM_ASYNC
+#define KF_GEMM_ASYNC 1
+#endif // KF_GEMM_ASYNC
+
+constexpr int kGemmThreads = 256; // == launch.block[0] of skinny_gemm.json, gate_up_silu.json
+constexpr int kGemmTileRows = 16; // weight rows per tile
+
+#if KF_USE_MMA
+// Warp building block (cp.async ring): the warp's share of NT 16-row tiles
+// times x over all of K. The block's 32-k steps are dealt to warps in chunks
+// of C consecutive steps, warp after warp (so that at any time the block
+// reads one contiguous span of C * warps * 64 bytes from each weight row,
+// good for DRAM pages), and each warp keeps P steps in flight through its
+// lanes' private slots of `ring` (P * NT * 2 * THREADS vectors). A warp sums
+// its steps in its fixed order: the result does not depend on W or rows.
+template <int K, int NT, int P, int NW, int THREADS, int W>
+KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
+                                     const long long (&tile_off)[NT], const kf_bf16 *x, int rows,
+                                     vec8 *ring, int warp, int lane) {
+  constexpr int S = K / 32;      // steps in all of K
+  constexpr int n = S / NW;      // steps per warp
+  constexpr int C = S % (NW * 4) == 0 ? 4 : 1;
+  static_assert(S % NW == 0, "K must be a multiple of 32 * warps");
+  const int tid = warp * 32 + lane;
+  const int g = lane >> 2, t = lane & 3;
+  const kf_bf16 *wl[NT][2];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    wl[i][0] = w + tile_off[i] + (long long)g * K + 8 * t;
+    wl[i][1] = wl[i][0] + 8LL * K;
+  }
+  auto kstep = [&](int j) { return ((j / C) * NW + warp) * C + (j % C); };
+  auto issue = [&](int j) {
+    if (j < n) {
+      const int k = kstep(j) * 32;
+      vec8 *slot = ring + (j % P) * NT * 2 * THREADS + tid;
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        async_copy16(slot + (2 * i) * THREADS, wl[i][0] + k);
+        async_copy16(slot + (2 * i + 1) * THREADS, wl[i][1] + k);
+      }
+    }
+    async_commit(); // an empty group past the end keeps the wait count uniform
+  };
+#pragma unroll
+  for (int j = 0; j < P; ++j) issue(j);
+  for (int j = 0; j < n; ++j) {
+    const vec8 xv = load_x8<W>(x, K, kstep(j) * 32, lane, rows);
+    async_wait<P - 1>(); // step j's group has landed
+    const vec8 *slot = ring + (j % P) * NT * 2 * THREADS + tid;
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      wtile16 wt;
+      wt.lo = slot[(2 * i) * THREADS];
+      wt.hi = slot[(2 * i + 1) * THREADS];
+      mma_k32(acc[i], wt, xv);
+    }
+    issue(j + P); // refills the slot just read (its values are consumed above)
+  }
+  async_wait<0>();
+}
+#endif // KF_USE_MMA
+
+// Block building block: NT tiles of 16 weight rows (tile i is the 16 x K
+// row-major matrix at w + tile_off[i]) times the first `rows` rows of x
+// [W x K]. Calls epi(wrow, xrow, v) once for each weight row wrow (0..15) and
+// real activation row xrow (< rows), v[i] the fp32 dot product for tile i.
+template <int K, int NT, int W, int THREADS, class Epi>
+KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long long (&tile_off)[NT],
+                                 int rows, Epi epi) {
+  static_assert(W >= 1 && W <= 8, "skinny_gemm serves widths 1..8");
+  static_assert(K % 8 == 0, "K must be a multiple of 8");
+  __shared__ float res[NT][kGemmTileRows][8];
+  const int tid = (int)threadIdx.x;
+  const int lane = lane_id(), warp = warp_id();
+#if KF_USE_MMA
+  constexpr int kWarps = THREADS / 32;
+  static_assert(K % (32 * kWarps) == 0, "K must be a multiple of 32 * warps per block");
+  constexpr int kUnroll = KF_GEMM_STEPS_IN_FLIGHT / NT > 0 ? KF_GEMM_STEPS_IN_FLIGHT / NT : 1;
+  __shared__ float red[kWarps][NT][128];
+  float acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+#if KF_GEMM_ASYNC
+  __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
+  warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W>(acc, w, tile_off, x, rows, ring, warp,
+                                                            lane);
+#else
+  constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
+  warp_gemm_tiles<NT, kUnroll, W>(acc, w, tile_off, K, x, K, rows, warp * kSteps * 32, kSteps, lane);
+#endif // KF_GEMM_ASYNC
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) red[warp][i][lane * 4 + j] = acc[i][j];
+  }
+  __syncthreads();
+  for (int e = tid; e < NT * 128; e += THREADS) {
+    const int i = e / 128, idx = e % 128;
+    float s = red[0][i][idx];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) s += red[v][i][idx];
+    res[i][acc_wrow(idx >> 2, idx & 3)][acc_xrow(idx >> 2, idx & 3)] = s;
+  }
+#else
+  // Portable path: one warp per weight row, lanes stride over K in 16-byte
+  // chunks, one fixed butterfly per activation row.
+  constexpr int kWarps = THREADS / kWarpSize;
+  for (int p = warp; p < NT * kGemmTileRows; p += kWarps) {
+    const int i = p / kGemmTileRows, m = p % kGemmTileRows;
+    long long off = tile_off[0];
+#pragma unroll
+    for (int q = 1; q < NT; ++q) off = i == q ? tile_off[q] : off; // no run-time array index
+    const kf_bf16 *wr = w + off + (long long)m * K;
+    float acc[W];
+#pragma unroll
+    for (int r = 0; r < W; ++r) acc[r] = 0.f;
+    for (int c = lane; c < K / 8; c += kWarpSize) {
+      float wf[8];
+      unpack8(load_stream(wr + c * 8), wf);
+#pragma unroll
+      for (int r = 0; r < W; ++r) {
+        if (r < rows) {
+          float xf[8];
+          unpack8(load_shared_ro(x + (long long)r * K + c * 8), xf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < W; ++r) {
+      const float s = warp_sum(acc[r]);
+      if (lane == 0) res[i][m][r] = s;
+    }
+  }
+#endif // KF_USE_MMA
+  __syncthreads();
+  if (tid < kGemmTileRows * 8) {
+    const int wrow = tid % kGemmTileRows, xrow = tid / kGemmTileRows;
+    if (xrow < W && xrow < rows) {
+      float v[NT];
+#pragma unroll
+      for (int i = 0; i < NT; ++i) v[i] = res[i][wrow][xrow];
+      epi(wrow, xrow, v);
+    }
+  }
+}
+
+// Entry: grid [N / 16], block [256]. x [rows x K], w [N x K], y [rows x N].
+template <class P>
+KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y, int rows) {
+  static_assert(P::N % kGemmTileRows == 0, "N must be a multiple of 16");
+  const int n0 = (int)blockIdx.x * kGemmTileRows;
+  const long long off[1] = {(long long)n0 * P::K};
+  skinny_gemm_block<P::K, 1, P::W, kGemmThreads>(
+      x, w, off, rows, [&](int wrow, int xrow, const float *v) {
+        store_bf16(y + (long long)xrow * P::N + n0 + wrow, v[0]);
+      });
+}
+
+} // namespace kf
+
+#endif // KF_SKINNY_GEMM_CUH
