@@ -451,15 +451,6 @@ static cJSON *manifest_entry(const kf_unit *u, const cJSON *meta) {
                           cJSON_GetObjectItemCaseSensitive(meta, "checksum")->valuestring);
   cJSON_AddNumberToObject(e, "size", cJSON_GetObjectItemCaseSensitive(meta, "size")->valuedouble);
   cJSON_AddStringToObject(e, "symbol", u->in->symbol);
-  cJSON *params = cJSON_AddArrayToObject(e, "params");
-  const kf_template *t = u->in->kernel->tmpl;
-  for (size_t i = 0; i < t->nargs; i++) {
-    cJSON *p = cJSON_CreateObject();
-    cJSON_AddStringToObject(p, "name", t->args[i].name);
-    cJSON_AddStringToObject(p, "type", t->args[i].type);
-    cJSON_AddNumberToObject(p, "size", t->args[i].size);
-    cJSON_AddItemToArray(params, p);
-  }
   cJSON *launch = cJSON_AddObjectToObject(e, "launch");
   cJSON *g = cJSON_AddArrayToObject(launch, "grid");
   cJSON *b = cJSON_AddArrayToObject(launch, "block");
@@ -481,11 +472,26 @@ static void write_manifest(kf_session *s, const kf_model *m, const char *arch) {
   cJSON_AddStringToObject(root, "model", m->name);
   cJSON_AddStringToObject(root, "arch", arch);
   cJSON_AddStringToObject(root, "backend", kf_arch_is_hip(arch) ? "hip" : "cuda");
+  /* one parameter list per kind (all its kernels share the template's
+   * arguments): a manifest of hundreds of kernels stays quick to parse */
+  cJSON *sigs = cJSON_AddObjectToObject(root, "signatures");
   cJSON *kernels = cJSON_AddArrayToObject(root, "kernels");
   for (size_t k = 0; k < s->plan.n; k++) {
     kf_unit *u = &s->units[k];
     if (u->in->model != m || strcmp(u->in->arch, arch) != 0)
       continue;
+    if (!cJSON_GetObjectItemCaseSensitive(sigs, u->in->kernel->kind)) {
+      cJSON *params =
+          cJSON_AddArrayToObject(cJSON_AddObjectToObject(sigs, u->in->kernel->kind), "params");
+      const kf_template *t = u->in->kernel->tmpl;
+      for (size_t i = 0; i < t->nargs; i++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", t->args[i].name);
+        cJSON_AddStringToObject(p, "type", t->args[i].type);
+        cJSON_AddNumberToObject(p, "size", t->args[i].size);
+        cJSON_AddItemToArray(params, p);
+      }
+    }
     cJSON *meta = NULL;
     if (u->state == KF_UNIT_FAILED ||
         kf_cache_check_entry(&s->cache, u->key, &meta, NULL) != KF_ENTRY_OK) {

@@ -130,16 +130,27 @@ typedef struct rt_kdesc {
   unsigned char checksum[16]; /* XXH3-128, canonical (big-endian) */
   unsigned long long size;    /* object bytes */
   int nparams;
-  rt_param *params;
+  rt_param *params;  /* the kernel's own, or its kind's signature's */
+  int params_shared; /* params belong to a signature: not freed here */
   unsigned grid[3], block[3], shared;
 } rt_kdesc;
+
+/* A parameter list shared by every kernel of a kind ("signatures"). */
+typedef struct rt_sig {
+  char *kind;
+  int nparams;
+  rt_param *params;
+} rt_sig;
 
 typedef struct rt_manifest {
   int format;
   char *model, *arch;
   kf_backend backend;
+  int nsigs;
+  rt_sig *sigs;
   int nkernels;
   rt_kdesc *kernels; /* in manifest order */
+  void *json;        /* the parsed cJSON tree, until rt_manifest_drop_json */
 } rt_manifest;
 
 /* Parses a manifest's text; path only names it in reasons. On failure m is
@@ -149,6 +160,9 @@ kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_m
                             rt_err *err);
 kf_status rt_manifest_load(const char *path, rt_manifest *m, rt_err *err);
 void rt_manifest_free(rt_manifest *m);
+/* Frees the parse tree a parse leaves behind (nothing refers to it). Apart
+ * so that an eager open can free it off its critical path. */
+void rt_manifest_drop_json(rt_manifest *m);
 /* Size in bytes of a contract arg type, 0 if it is not one. */
 size_t rt_type_size(const char *type);
 

@@ -19,6 +19,7 @@
 typedef struct parse_ctx {
   const char *path;
   rt_err *err;
+  const char *sig; /* kind whose "signatures" entry is being read, or NULL */
   int kernel;      /* index in "kernels", or -1 at the root */
   int param;       /* index in the kernel's "params", or -1 */
   const char *sub; /* "launch" while in the launch object, or NULL */
@@ -26,6 +27,8 @@ typedef struct parse_ctx {
 
 static void field_name(const parse_ctx *c, const char *key, char *out, size_t n) {
   size_t o = 0;
+  if (c->sig)
+    o += (size_t)snprintf(out + o, n - o, "signatures.%s.", c->sig);
   if (c->kernel >= 0)
     o += (size_t)snprintf(out + o, n - o, "kernels[%d].", c->kernel);
   if (c->param >= 0 && o < n)
@@ -124,25 +127,36 @@ static char *dup(const char *s) {
 }
 
 static void kdesc_free(rt_kdesc *k) {
-  free(k->id);
-  free(k->kind);
-  free(k->key);
-  free(k->symbol);
-  free(k->object);
-  free(k->meta);
-  for (int i = 0; i < k->nparams; i++) {
+  free(k->id); /* the block of all six strings */
+  for (int i = 0; i < k->nparams && !k->params_shared; i++) {
     free(k->params[i].name);
     free(k->params[i].type);
   }
-  free(k->params);
+  if (!k->params_shared)
+    free(k->params);
+}
+
+void rt_manifest_drop_json(rt_manifest *m) {
+  cJSON_Delete(m->json);
+  m->json = NULL;
 }
 
 void rt_manifest_free(rt_manifest *m) {
   for (int i = 0; i < m->nkernels; i++)
     kdesc_free(&m->kernels[i]);
   free(m->kernels);
+  for (int i = 0; i < m->nsigs; i++) {
+    for (int j = 0; j < m->sigs[i].nparams; j++) {
+      free(m->sigs[i].params[j].name);
+      free(m->sigs[i].params[j].type);
+    }
+    free(m->sigs[i].params);
+    free(m->sigs[i].kind);
+  }
+  free(m->sigs);
   free(m->model);
   free(m->arch);
+  rt_manifest_drop_json(m);
   memset(m, 0, sizeof *m);
 }
 
@@ -260,8 +274,22 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const r
   if (!valid_symbol(symbol))
     return bad(c, "symbol", "'%s' is not a C identifier", symbol);
 
-  if ((st = parse_params(c, cJSON_GetObjectItemCaseSensitive(obj, "params"), k)) != KF_OK)
-    return st;
+  /* the kernel's own parameter list, else its kind's signature */
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(obj, "params");
+  if (params) {
+    if ((st = parse_params(c, params, k)) != KF_OK)
+      return st;
+  } else {
+    const rt_sig *sig = NULL;
+    for (int i = 0; i < m->nsigs && !sig; i++)
+      if (strcmp(m->sigs[i].kind, kind) == 0)
+        sig = &m->sigs[i];
+    if (!sig)
+      return bad(c, "params", "missing, and \"signatures\" has no entry for kind '%s'", kind);
+    k->params = sig->params;
+    k->nparams = sig->nparams;
+    k->params_shared = 1;
+  }
   launch = cJSON_GetObjectItemCaseSensitive(obj, "launch");
   if (!cJSON_IsObject(launch))
     return bad(c, "launch", launch ? "must be an object" : "missing");
@@ -277,15 +305,60 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const r
   k->width = (int)width;
   k->size = (unsigned long long)size;
   k->shared = (unsigned)shared;
-  k->id = dup(id);
-  k->kind = dup(kind);
-  k->key = dup(key);
-  k->symbol = dup(symbol);
-  k->object = dup(object);
-  k->meta = dup(meta);
-  if (!k->id || !k->kind || !k->key || !k->symbol || !k->object || !k->meta)
+  /* the kernel's strings share one block, k->id first: one allocation per
+   * kernel instead of six (opening a cache is mostly this parse) */
+  const char *src[6] = {id, kind, key, symbol, object, meta};
+  char **dst[6] = {&k->id, &k->kind, &k->key, &k->symbol, &k->object, &k->meta};
+  size_t len[6], total = 0;
+  for (int i = 0; i < 6; i++)
+    total += len[i] = strlen(src[i]) + 1;
+  char *block = malloc(total);
+  if (!block)
     return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  for (int i = 0; i < 6; i++) {
+    memcpy(block, src[i], len[i]);
+    *dst[i] = block;
+    block += len[i];
+  }
   c->kernel = -1;
+  return KF_OK;
+}
+
+/* "signatures": {"<kind>": {"params": [...]}}: one parameter list for all
+ * the kernels of a kind, so that a manifest of many kernels stays small to
+ * parse (opening a cache is mostly parsing its manifest). Optional. */
+static kf_status parse_signatures(parse_ctx *c, const cJSON *sigs, rt_manifest *m) {
+  kf_status st = KF_OK;
+  if (!sigs)
+    return KF_OK;
+  if (!cJSON_IsObject(sigs))
+    return bad(c, "signatures", "must be an object of kind: {\"params\": [...]}");
+  int n = cJSON_GetArraySize(sigs);
+  m->sigs = calloc((size_t)(n ? n : 1), sizeof *m->sigs);
+  if (!m->sigs)
+    return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  for (const cJSON *e = sigs->child; e; e = e->next) {
+    rt_kdesc tmp;
+    memset(&tmp, 0, sizeof tmp);
+    c->sig = e->string;
+    if (!valid_kind(e->string))
+      return bad(c, "params", "'%s' is not a kind ([a-z0-9_]+)", e->string);
+    if (!cJSON_IsObject(e))
+      return bad(c, "params", "the entry must be an object with \"params\"");
+    st = parse_params(c, cJSON_GetObjectItemCaseSensitive(e, "params"), &tmp);
+    rt_sig *sg = &m->sigs[m->nsigs++];
+    sg->kind = dup(e->string);
+    sg->params = tmp.params;
+    sg->nparams = tmp.nparams;
+    if (st != KF_OK)
+      return st;
+    if (!sg->kind)
+      return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; i < m->nsigs - 1; i++)
+      if (strcmp(m->sigs[i].kind, sg->kind) == 0)
+        return bad(c, "params", "kind '%s' has two signatures", sg->kind);
+  }
+  c->sig = NULL;
   return KF_OK;
 }
 
@@ -343,6 +416,8 @@ static kf_status parse_root(parse_ctx *c, const cJSON *root, rt_manifest *m) {
   if (!m->model || !m->arch)
     return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
 
+  if ((st = parse_signatures(c, cJSON_GetObjectItemCaseSensitive(root, "signatures"), m)) != KF_OK)
+    return st;
   kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels");
   if (!cJSON_IsArray(kernels))
     return bad(c, "kernels", kernels ? "must be an array" : "missing");
@@ -377,7 +452,7 @@ static kf_status parse_root(parse_ctx *c, const cJSON *root, rt_manifest *m) {
 
 kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_manifest *m,
                             rt_err *err) {
-  parse_ctx c = {path, err, -1, -1, NULL};
+  parse_ctx c = {path, err, NULL, -1, -1, NULL};
   const char *end = NULL;
   cJSON *root;
   kf_status st;
@@ -392,9 +467,13 @@ kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_m
                       line, col);
   }
   st = parse_root(&c, root, m);
-  cJSON_Delete(root);
-  if (st != KF_OK)
+  if (st != KF_OK) {
+    cJSON_Delete(root);
     rt_manifest_free(m);
+    return st;
+  }
+  /* nothing points into the tree; the caller frees it when convenient */
+  m->json = root;
   return st;
 }
 

@@ -252,6 +252,8 @@ static void *prefetch_main(void *arg) {
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
   }
+  /* reading outpaces the driver: free the manifest's parse tree meanwhile */
+  rt_manifest_drop_json(&p->rt->manifest);
   return NULL;
 }
 

@@ -134,6 +134,7 @@ def write_model(cache, nvcc, model, arch, plan, jobs):
     """plan: list of (kind, width, constant)."""
     v1 = os.path.join(cache, "v1")
     entries = []
+    signatures = {}
     with tempfile.TemporaryDirectory() as work, \
             concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         futs = []
@@ -160,12 +161,14 @@ def write_model(cache, nvcc, model, arch, plan, jobs):
             with open(os.path.join(edir, "meta.json"), "w") as f:
                 json.dump(meta, f, indent=2, sort_keys=True)
             sizes = {"int": 4, "float": 4, "long long": 8}
+            # as kforge writes it: one parameter list per kind
+            signatures[kind] = {"params": [{"name": n, "type": t, "size": sizes.get(t, 8)}
+                                           for n, t in params]}
             entries.append({
                 "id": kid, "kind": kind, "width": width, "key": key,
                 "object": f"objects/{key[:2]}/{key}/object.cubin",
                 "meta": f"objects/{key[:2]}/{key}/meta.json",
                 "checksum": checksum, "size": len(data), "symbol": sym,
-                "params": [{"name": n, "type": t, "size": sizes.get(t, 8)} for n, t in params],
                 "launch": {"grid": [width, 1, 1], "block": [block, 1, 1],
                            "shared_bytes": shared},
             })
@@ -174,7 +177,8 @@ def write_model(cache, nvcc, model, arch, plan, jobs):
     os.makedirs(mdir, exist_ok=True)
     with open(os.path.join(mdir, arch + ".json"), "w") as f:
         json.dump({"format": 1, "model": model, "arch": arch, "backend": "cuda",
-                   "kernels": entries}, f, indent=2)
+                   "signatures": dict(sorted(signatures.items())), "kernels": entries}, f,
+                  indent=2)
     print(f"make_gpu_cache: {model}/{arch}: {len(entries)} kernels")
 
 

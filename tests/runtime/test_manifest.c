@@ -178,4 +178,61 @@ KF_TEST(meta__reads_resources_and_refuses_a_malformed_file) {
   remove(dir);
 }
 
+/* The generator writes one parameter list per kind under "signatures" and
+ * none in the kernels: they must reach each kernel of the kind. */
+static const char *SIG_PARAMS =
+    "\"params\": [{\"name\": \"x\", \"type\": \"const kf_bf16*\", \"size\": 8}, "
+    "{\"name\": \"eps\", \"type\": \"float\", \"size\": 4}, "
+    "{\"name\": \"rows\", \"type\": \"int\", \"size\": 4}],\n";
+
+static char *with_signatures(const char *sig_kind, const char *sig_body) {
+  char *no_params = edit(SIG_PARAMS, "");
+  const char *at = strstr(no_params, "  \"kernels\"");
+  char *out;
+  if (!at || asprintf(&out, "%.*s  \"signatures\": {\"%s\": %s},\n%s", (int)(at - no_params),
+                      no_params, sig_kind, sig_body, at) < 0)
+    abort();
+  free(no_params);
+  return out;
+}
+
+KF_TEST(manifest__kernel_params_come_from_its_kinds_signature) {
+  char *text = with_signatures("input_norm", "{\"params\": [{\"name\": \"x\", \"type\": "
+                                             "\"const kf_bf16*\", \"size\": 8}, {\"name\": "
+                                             "\"rows\", \"type\": \"int\", \"size\": 4}]}");
+  rt_manifest m;
+  rt_err err;
+  kf_status st = parse(text, &m, &err);
+  free(text);
+  KF_CHECK(st == KF_OK);
+  KF_CHECK(m.nkernels == 1 && m.kernels[0].nparams == 2);
+  KF_CHECK_STR_EQ(m.kernels[0].params[0].name, "x");
+  KF_CHECK_STR_EQ(m.kernels[0].params[1].type, "int");
+  KF_CHECK(m.kernels[0].params[1].size == 4);
+  rt_manifest_free(&m);
+}
+
+KF_TEST(manifest__kernel_without_params_or_signature_is_refused) {
+  char *text = with_signatures("o_proj", "{\"params\": [{\"name\": \"rows\", \"type\": "
+                                         "\"int\", \"size\": 4}]}");
+  rt_manifest m;
+  rt_err err;
+  kf_status st = parse(text, &m, &err);
+  free(text);
+  KF_CHECK(st == KF_ERR_BAD_MANIFEST);
+  KF_CHECK_CONTAINS(err.text, "kernels[0].params: error: missing, and \"signatures\" has no entry "
+                              "for kind 'input_norm'");
+}
+
+KF_TEST(manifest__bad_signature_names_its_kind_and_field) {
+  char *text = with_signatures("input_norm", "{\"params\": [{\"name\": \"x\", \"type\": "
+                                             "\"double\", \"size\": 8}]}");
+  rt_manifest m;
+  rt_err err;
+  kf_status st = parse(text, &m, &err);
+  free(text);
+  KF_CHECK(st == KF_ERR_BAD_MANIFEST);
+  KF_CHECK_CONTAINS(err.text, "signatures.input_norm.params[0].type: error: unknown type 'double'");
+}
+
 KF_TEST_MAIN()
