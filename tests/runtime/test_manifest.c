@@ -235,4 +235,73 @@ KF_TEST(manifest__bad_signature_names_its_kind_and_field) {
   KF_CHECK_CONTAINS(err.text, "signatures.input_norm.params[0].type: error: unknown type 'double'");
 }
 
+/* A manifest of hundreds of kernels (a server's real case): every kernel
+ * arrives intact, and a problem deep inside names its kernel and line. */
+static char *big_manifest(int n, int bad_index, const char *bad_field) {
+  size_t cap = (size_t)n * 700 + 1024, o = 0;
+  char *t = malloc(cap);
+  o += (size_t)snprintf(t + o, cap - o,
+                        "{\n  \"format\": 1,\n  \"model\": \"big\",\n  \"arch\": \"sm_90a\",\n"
+                        "  \"backend\": \"cuda\",\n  \"signatures\": {\"k\": {\"params\": "
+                        "[{\"name\": \"rows\", \"type\": \"int\", \"size\": 4}]}},\n"
+                        "  \"kernels\": [\n");
+  for (int i = 0; i < n; i++)
+    o += (size_t)snprintf(
+        t + o, cap - o,
+        "    {\"id\": \"big/k/w%d/sm_90a\", \"kind\": \"k\", \"width\": %d, \"key\": "
+        "\"0123456789abcdef0123456789abcdef\", \"object\": \"objects/01/x%d/object.cubin\", "
+        "\"meta\": \"objects/01/x%d/meta.json\", \"checksum\": "
+        "\"00112233445566778899aabbccddeeff\", \"size\": %d, \"symbol\": \"%s%d\", \"launch\": "
+        "{\"grid\": [%d, 1, 1], \"block\": [32, 1, 1], \"shared_bytes\": 0}}%s\n",
+        i + 1, i + 1, i, i, 1000 + i, i == bad_index ? bad_field : "kf_big_", i, i + 1,
+        i + 1 < n ? "," : "");
+  snprintf(t + o, cap - o, "  ]\n}\n");
+  return t;
+}
+
+KF_TEST(manifest__many_kernels_parse_like_a_whole_parse) {
+  char *text = big_manifest(300, -1, NULL);
+  KF_CHECK(strlen(text) > 65536);
+  rt_manifest m;
+  rt_err err;
+  kf_status st = rt_manifest_parse("big.json", text, strlen(text), &m, &err);
+  free(text);
+  KF_CHECK(st == KF_OK);
+  KF_CHECK(m.nkernels == 300);
+  for (int i = 0; i < 300; i++) {
+    char id[64], sym[32];
+    snprintf(id, sizeof id, "big/k/w%d/sm_90a", i + 1);
+    snprintf(sym, sizeof sym, "kf_big_%d", i);
+    KF_CHECK_STR_EQ(m.kernels[i].id, id);
+    KF_CHECK_STR_EQ(m.kernels[i].symbol, sym);
+    KF_CHECK(m.kernels[i].width == i + 1 && m.kernels[i].size == 1000ull + (unsigned)i);
+    KF_CHECK(m.kernels[i].grid[0] == (unsigned)i + 1 && m.kernels[i].nparams == 1);
+  }
+  rt_manifest_free(&m);
+}
+
+KF_TEST(manifest__many_kernels_report_the_first_bad_one) {
+  char *text = big_manifest(300, 250, "9bad_");
+  rt_manifest m;
+  rt_err err;
+  kf_status st = rt_manifest_parse("big.json", text, strlen(text), &m, &err);
+  free(text);
+  KF_CHECK(st == KF_ERR_BAD_MANIFEST && m.kernels == NULL);
+  KF_CHECK_CONTAINS(err.text,
+                    "big.json: kernels[250].symbol: error: '9bad_250' is not a C identifier");
+}
+
+KF_TEST(manifest__many_kernels_syntax_error_names_its_line) {
+  char *text = big_manifest(300, -1, NULL);
+  char *at = strstr(text, "\"big/k/w101/sm_90a\"");
+  KF_CHECK(at != NULL);
+  at[-1] = '['; /* "{[\"id\"…": kernels[100] is no longer an object */
+  rt_manifest m;
+  rt_err err;
+  kf_status st = rt_manifest_parse("big.json", text, strlen(text), &m, &err);
+  free(text);
+  KF_CHECK(st == KF_ERR_BAD_MANIFEST && m.kernels == NULL);
+  KF_CHECK_CONTAINS(err.text, "big.json:108:"); /* line 8 holds kernels[0] */
+}
+
 KF_TEST_MAIN()
