@@ -4,13 +4,14 @@
 // Memory-bound: W is read once, in 16-byte pieces. One block (256 threads)
 // owns 16 rows of W and sweeps K in spans of 8 warps x 4 steps x 32 k; each
 // warp streams its steps through a per-lane cp.async ring in shared memory
-// (4 steps in flight) and runs m16n8k16 matrix instructions with W as A and
-// the activations as B (one activation row per B column); the block sums the
-// warps' partial tiles in warp order. None of that depends on R, the width
-// or the other rows, so a row's output is bitwise the same alone, among
-// others or padded (batch invariance); columns of pad rows are zero and never
-// stored. Measured on the H200 (docs/perf-notes.md): 50-67% of the read
-// ceiling on the 8B shapes, short of the 85% target.
+// (4 steps in flight; 8 from K = 8192, in dynamic shared memory) and runs
+// m16n8k16 matrix instructions with W as A and the activations as B (one
+// activation row per B column); the block sums the warps' partial tiles in
+// warp order. None of that depends on R, the width or the other rows, so a
+// row's output is bitwise the same alone, among others or padded (batch
+// invariance); columns of pad rows are zero and never stored. Measured on
+// the H200 (docs/perf-notes.md, v3): 60-67% of the read ceiling on the 8B
+// shapes, short of the 85% target.
 //
 // skinny_gemm_block is the building block (any epilogue, several tiles per
 // block, e.g. gate and up for gate_up_silu.cuh); skinny_gemm_entry is the
@@ -26,7 +27,12 @@ namespace kf {
 
 // Tuning knobs.
 // KF_GEMM_STEPS_IN_FLIGHT: 32-k steps x tiles of weights a warp has in flight
-//   (each is two 16-byte loads per lane).
+//   (each is two 16-byte loads per lane) when K < kGemmLongK.
+// KF_GEMM_STEPS_IN_FLIGHT_LONG: the same from K = kGemmLongK on, in a ring in
+//   dynamic shared memory (gemm_dyn_smem_bytes(K), the schemas'
+//   shared_bytes). Measured on the H200 (docs/perf-notes.md, v3): 8 steps
+//   took down_proj (K = 14336, 56 steps per warp) from 50% to 62-64% of the
+//   read ceiling; for K = 4096 (16 steps per warp) they gained nothing.
 // KF_GEMM_ASYNC: 1 streams weights through a per-lane shared-memory ring
 //   filled by cp.async (the copies hold no registers, so the compiler cannot
 //   trade them for fewer registers and serialise the loads, as it does with
@@ -35,12 +41,22 @@ namespace kf {
 #ifndef KF_GEMM_STEPS_IN_FLIGHT
 #define KF_GEMM_STEPS_IN_FLIGHT 4
 #endif // KF_GEMM_STEPS_IN_FLIGHT
+#ifndef KF_GEMM_STEPS_IN_FLIGHT_LONG
+#define KF_GEMM_STEPS_IN_FLIGHT_LONG 8
+#endif // KF_GEMM_STEPS_IN_FLIGHT_LONG
 #ifndef KF_GEMM_ASYNC
 #define KF_GEMM_ASYNC 1
 #endif // KF_GEMM_ASYNC
 
 constexpr int kGemmThreads = 256; // == launch.block[0] of skinny_gemm.json, gate_up_silu.json
 constexpr int kGemmTileRows = 16; // weight rows per tile
+constexpr int kGemmLongK = 8192;  // from here on, KF_GEMM_STEPS_IN_FLIGHT_LONG
+// Dynamic shared memory of one block, as launch.shared_bytes of
+// skinny_gemm.json and gate_up_silu.json spells it: none below kGemmLongK
+// (static ring), 64 KB from there (the ring, then the warps' partial tiles).
+__host__ __device__ constexpr int gemm_dyn_smem_bytes(int K) {
+  return 65536 * (1 - 1 / (K / 8192 + 1));
+}
 
 #if KF_USE_MMA
 // Warp building block (cp.async ring): the warp's share of NT 16-row tiles
@@ -50,7 +66,9 @@ constexpr int kGemmTileRows = 16; // weight rows per tile
 // good for DRAM pages), and each warp keeps P steps in flight through its
 // lanes' private slots of `ring` (P * NT * 2 * THREADS vectors). A warp sums
 // its steps in its fixed order: the result does not depend on W or rows.
-template <int K, int NT, int P, int NW, int THREADS, int W>
+// XAHEAD: the activations of step j + 1 are loaded during step j (used from
+// kGemmLongK on: down_proj at R = 8 has 229 KB of x, more than L1 keeps).
+template <int K, int NT, int P, int NW, int THREADS, int W, bool XAHEAD = false>
 KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
                                      const long long (&tile_off)[NT], const kf_bf16 *x, int rows,
                                      vec8 *ring, int warp, int lane) {
@@ -81,8 +99,16 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
   };
 #pragma unroll
   for (int j = 0; j < P; ++j) issue(j);
+  vec8 xnext;
+  if constexpr (XAHEAD) xnext = load_x8<W>(x, K, kstep(0) * 32, lane, rows);
   for (int j = 0; j < n; ++j) {
-    const vec8 xv = load_x8<W>(x, K, kstep(j) * 32, lane, rows);
+    vec8 xv;
+    if constexpr (XAHEAD) {
+      xv = xnext;
+      xnext = load_x8<W>(x, K, kstep(j + 1 < n ? j + 1 : j) * 32, lane, rows);
+    } else {
+      xv = load_x8<W>(x, K, kstep(j) * 32, lane, rows);
+    }
     async_wait<P - 1>(); // step j's group has landed
     const vec8 *slot = ring + (j % P) * NT * 2 * THREADS + tid;
 #pragma unroll
@@ -113,19 +139,46 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
 #if KF_USE_MMA
   constexpr int kWarps = THREADS / 32;
   static_assert(K % (32 * kWarps) == 0, "K must be a multiple of 32 * warps per block");
-  constexpr int kUnroll = KF_GEMM_STEPS_IN_FLIGHT / NT > 0 ? KF_GEMM_STEPS_IN_FLIGHT / NT : 1;
-  __shared__ float red[kWarps][NT][128];
+  constexpr bool kLong = K >= kGemmLongK;
+  constexpr int kInFlight = kLong ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT;
+  constexpr int kUnroll = kInFlight / NT > 0 ? kInFlight / NT : 1;
   float acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float(*red)[NT][128];
+  if constexpr (kLong) {
+    // The ring lives in dynamic shared memory (launch.shared_bytes ==
+    // gemm_dyn_smem_bytes(K)); once every copy has landed, the warps'
+    // partial tiles reuse it.
+    static_assert(kUnroll * NT * 2 * THREADS * 16 <= gemm_dyn_smem_bytes(K),
+                  "ring exceeds shared_bytes");
+    static_assert(kWarps * NT * 128 * 4 <= gemm_dyn_smem_bytes(K),
+                  "reduction exceeds shared_bytes");
+    extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
 #if KF_GEMM_ASYNC
-  __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
-  warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W>(acc, w, tile_off, x, rows, ring, warp,
-                                                            lane);
+    vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
+    warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W, true>(acc, w, tile_off, x, rows,
+                                                                    ring, warp, lane);
+    __syncthreads(); // every warp is done with the ring before it is reused
 #else
-  constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
-  warp_gemm_tiles<NT, kUnroll, W>(acc, w, tile_off, K, x, K, rows, warp * kSteps * 32, kSteps, lane);
+    constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
+    warp_gemm_tiles<NT, kUnroll, W>(acc, w, tile_off, K, x, K, rows, warp * kSteps * 32, kSteps,
+                                    lane);
 #endif // KF_GEMM_ASYNC
+    red = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem);
+  } else {
+    __shared__ float red_short[kWarps][NT][128];
+#if KF_GEMM_ASYNC
+    __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
+    warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W>(acc, w, tile_off, x, rows, ring, warp,
+                                                              lane);
+#else
+    constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
+    warp_gemm_tiles<NT, kUnroll, W>(acc, w, tile_off, K, x, K, rows, warp * kSteps * 32, kSteps,
+                                    lane);
+#endif // KF_GEMM_ASYNC
+    red = red_short;
+  }
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
 #pragma unroll
@@ -184,7 +237,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
   }
 }
 
-// Entry: grid [N / 16], block [256]. x [rows x K], w [N x K], y [rows x N].
+// Entry: grid [N / 16], block [256], shared_bytes gemm_dyn_smem_bytes(K).
+// x [rows x K], w [N x K], y [rows x N].
 template <class P>
 KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y, int rows) {
   static_assert(P::N % kGemmTileRows == 0, "N must be a multiple of 16");
