@@ -56,7 +56,6 @@ char *kf_xstrndup(const char *s, size_t n) {
 }
 
 char *kf_xasprintf(const char *fmt, ...) {
-  kf_buf b = {0};
   va_list ap;
   va_start(ap, fmt);
   char *s = NULL;
@@ -65,7 +64,6 @@ char *kf_xasprintf(const char *fmt, ...) {
     abort();
   }
   va_end(ap);
-  (void)b;
   return s;
 }
 
