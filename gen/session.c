@@ -311,6 +311,14 @@ static const char *object_name(const kf_unit *u) {
   return u->tc->backend == KF_BACKEND_HIP ? "object.hsaco" : "object.cubin";
 }
 
+/* Remembers a good entry's checksum and size for the manifest, so that
+ * it is not read and hashed a second time. */
+static void take_entry(kf_unit *u, const cJSON *meta) {
+  snprintf(u->checksum, sizeof u->checksum, "%s",
+           cJSON_GetObjectItemCaseSensitive(meta, "checksum")->valuestring);
+  u->size = (long long)cJSON_GetObjectItemCaseSensitive(meta, "size")->valuedouble;
+}
+
 /* Compiles one key into the cache. Runs on a worker thread. */
 static int compile_job(pool *p, kf_unit *u, char **err) {
   const kf_cache *c = &p->s->cache;
@@ -320,8 +328,11 @@ static int compile_job(pool *p, kf_unit *u, char **err) {
     return KF_UNIT_FAILED;
   }
   char *why = NULL;
-  int st = kf_cache_check_entry(c, u->key, NULL, &why);
+  cJSON *found = NULL;
+  int st = kf_cache_check_entry(c, u->key, &found, &why);
   if (st == KF_ENTRY_OK) {
+    take_entry(u, found);
+    cJSON_Delete(found);
     kf_cache_unlock(fd);
     return KF_UNIT_CACHED; /* another builder published it meanwhile */
   }
@@ -390,6 +401,8 @@ static int compile_job(pool *p, kf_unit *u, char **err) {
     kf_remove_tree(tmp);
     goto out;
   }
+  memcpy(u->checksum, sum, sizeof u->checksum);
+  u->size = (long long)olen;
   result = KF_UNIT_COMPILED;
 out:
   free(bytes);
@@ -435,7 +448,7 @@ static void *worker(void *arg) {
   }
 }
 
-static cJSON *manifest_entry(const kf_unit *u, const cJSON *meta) {
+static cJSON *manifest_entry(const kf_unit *u) {
   cJSON *e = cJSON_CreateObject();
   cJSON_AddStringToObject(e, "id", u->in->id);
   cJSON_AddStringToObject(e, "kind", u->in->kernel->kind);
@@ -447,9 +460,8 @@ static cJSON *manifest_entry(const kf_unit *u, const cJSON *meta) {
   cJSON_AddStringToObject(e, "meta", mp);
   free(obj);
   free(mp);
-  cJSON_AddStringToObject(e, "checksum",
-                          cJSON_GetObjectItemCaseSensitive(meta, "checksum")->valuestring);
-  cJSON_AddNumberToObject(e, "size", cJSON_GetObjectItemCaseSensitive(meta, "size")->valuedouble);
+  cJSON_AddStringToObject(e, "checksum", u->checksum);
+  cJSON_AddNumberToObject(e, "size", (double)u->size);
   cJSON_AddStringToObject(e, "symbol", u->in->symbol);
   cJSON *launch = cJSON_AddObjectToObject(e, "launch");
   cJSON *g = cJSON_AddArrayToObject(launch, "grid");
@@ -492,14 +504,11 @@ static void write_manifest(kf_session *s, const kf_model *m, const char *arch) {
         cJSON_AddItemToArray(params, p);
       }
     }
-    cJSON *meta = NULL;
-    if (u->state == KF_UNIT_FAILED ||
-        kf_cache_check_entry(&s->cache, u->key, &meta, NULL) != KF_ENTRY_OK) {
+    if (u->state == KF_UNIT_FAILED || !u->checksum[0]) {
       all_ok = 0;
       continue;
     }
-    cJSON_AddItemToArray(kernels, manifest_entry(u, meta));
-    cJSON_Delete(meta);
+    cJSON_AddItemToArray(kernels, manifest_entry(u));
   }
   if (all_ok) {
     char *path = kf_cache_manifest_path(&s->cache, m->name, arch);
@@ -570,9 +579,12 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
     if (u->job)
       continue;
     char *why = NULL;
-    int st = kf_cache_check_entry(&s->cache, u->key, NULL, &why);
+    cJSON *found = NULL;
+    int st = kf_cache_check_entry(&s->cache, u->key, &found, &why);
     free(why);
     if (st == KF_ENTRY_OK) {
+      take_entry(u, found);
+      cJSON_Delete(found);
       u->state = KF_UNIT_CACHED;
       kf_cache_touch(&s->cache, u->key);
       continue;
@@ -606,6 +618,10 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
       if (u->job->unit != u && st == KF_UNIT_FAILED && !u->error)
         u->error = kf_xstrdup("an identical kernel failed to compile");
       u->state = st == KF_UNIT_PENDING ? KF_UNIT_FAILED : st;
+      if (u->job->unit != u) { /* the same entry as the unit that built it */
+        memcpy(u->checksum, u->job->unit->checksum, sizeof u->checksum);
+        u->size = u->job->unit->size;
+      }
     }
     if (u->state == KF_UNIT_CACHED)
       (*n_cached)++;

@@ -37,6 +37,8 @@ typedef struct {
   char key[33];
   int keyed;
   int state;
+  char checksum[33]; /* of the entry's object, once it is known good */
+  long long size;    /* the object's bytes */
   kf_job *job;
   char *error; /* why it failed */
 } kf_unit;
