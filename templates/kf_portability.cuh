@@ -14,12 +14,12 @@
 
 #if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 #define KF_VENDOR_HIP 1
-#include <hip/hip_runtime.h>
 #include <hip/hip_bf16.h>
+#include <hip/hip_runtime.h>
 #else
 #define KF_VENDOR_HIP 0
-#include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #endif // defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 
 // ---- the architecture code -------------------------------------------------
@@ -120,8 +120,8 @@ KF_DEVICE vec8 load_stream(const void *p) {
   vec8 v;
 #if KF_ARCH_IS_NVIDIA
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-               : "l"(p));
+      : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+      : "l"(p));
 #else
   v = *reinterpret_cast<const vec8 *>(p);
 #endif // KF_ARCH_IS_NVIDIA
@@ -133,8 +133,8 @@ KF_DEVICE vec8 load_shared_ro(const void *p) {
 #if KF_ARCH_IS_NVIDIA
   vec8 v;
   asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-               : "l"(p));
+      : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+      : "l"(p));
   return v;
 #else
   return *reinterpret_cast<const vec8 *>(p);
@@ -190,11 +190,18 @@ KF_DEVICE void async_commit() {
 }
 
 // Waits until at most N of this thread's commit groups are still in flight.
-template <int N>
-KF_DEVICE void async_wait() {
+template <int N> KF_DEVICE void async_wait() {
 #if KF_HAS_CP_ASYNC
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif // KF_HAS_CP_ASYNC
+}
+
+// Orders the shared-memory accesses of a warp's lanes (cp.async data one lane
+// copied and another reads, after async_wait; a slot read before its refill).
+KF_DEVICE void warp_sync() {
+#if KF_ARCH_IS_NVIDIA
+  __syncwarp();
+#endif // KF_ARCH_IS_NVIDIA
 }
 
 KF_DEVICE void store_vec(void *p, vec8 v) { *reinterpret_cast<vec8 *>(p) = v; }
@@ -216,7 +223,8 @@ KF_DEVICE float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff000
 // Round to nearest even; NaN stays NaN.
 KF_DEVICE uint32_t float_to_bf16_bits(float f) {
   uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return 0x7fc0u;
   return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
 
@@ -241,7 +249,8 @@ KF_DEVICE void unpack8(const vec8 &v, float f[8]) {
 KF_DEVICE vec8 pack8(const float f[8]) {
   vec8 v;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v.w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
+  for (int i = 0; i < 4; ++i)
+    v.w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
   return v;
 }
 

@@ -2,16 +2,18 @@
 // row-major [N x K] in bf16, fp32 accumulation (qkv_proj, o_proj, down_proj).
 //
 // Memory-bound: W is read once, in 16-byte pieces. One block (256 threads)
-// owns 16 rows of W and sweeps K in spans of 8 warps x 4 steps x 32 k; each
-// warp streams its steps through a per-lane cp.async ring in shared memory
-// (4 steps in flight; 8 from K = 8192, in dynamic shared memory) and runs
-// m16n8k16 matrix instructions with W as A and the activations as B (one
-// activation row per B column); the block sums the warps' partial tiles in
-// warp order. None of that depends on R, the width or the other rows, so a
-// row's output is bitwise the same alone, among others or padded (batch
-// invariance); columns of pad rows are zero and never stored. Measured on
-// the H200 (docs/perf-notes.md, v3): 60-67% of the read ceiling on the 8B
-// shapes, short of the 85% target.
+// owns 16 rows of W; each warp takes units of 64 k of all 16 rows (one
+// 128-byte line per row), two consecutive units at a time, warp after warp,
+// and streams them through its own cp.async ring in shared memory (2 units
+// in flight; 4 from K = 8192, in dynamic shared memory), each copy
+// instruction moving 4 whole lines. It runs m16n8k16 matrix instructions with
+// W as A and the activations as B (one activation row per B column); the
+// block sums the warps' partial tiles in warp order. None of that depends on
+// R, the width or the other rows, so a row's output is bitwise the same
+// alone, among others or padded (batch invariance); columns of pad rows are
+// zero and never stored. Measured on the H200 (docs/perf-notes.md, v4):
+// 67-88% of the read ceiling on the 8B shapes; the half-line copies of v3
+// gave 60-67%.
 //
 // skinny_gemm_block is the building block (any epilogue, several tiles per
 // block, e.g. gate and up for gate_up_silu.cuh); skinny_gemm_entry is the
@@ -47,15 +49,28 @@ namespace kf {
 #ifndef KF_GEMM_ASYNC
 #define KF_GEMM_ASYNC 1
 #endif // KF_GEMM_ASYNC
+// KF_GEMM_LINES: 1 (with KF_GEMM_ASYNC) copies whole 128-byte lines of each
+//   weight row (a warp instruction reads 4 rows x 128 bytes) into a swizzled
+//   per-warp ring and builds the fragments from there; 0 copies each lane's
+//   own fragment (a warp instruction reads 8 rows x 64 bytes: half lines).
+//   Needs K to be a multiple of 64 * warps; other K take the fragment path.
+#ifndef KF_GEMM_LINES
+#define KF_GEMM_LINES 1
+#endif // KF_GEMM_LINES
 
 constexpr int kGemmThreads = 256; // == launch.block[0] of skinny_gemm.json, gate_up_silu.json
 constexpr int kGemmTileRows = 16; // weight rows per tile
-constexpr int kGemmLongK = 8192;  // from here on, KF_GEMM_STEPS_IN_FLIGHT_LONG
+// From K = KF_GEMM_LONG_K on, KF_GEMM_STEPS_IN_FLIGHT_LONG in dynamic shared
+// memory; the schemas' shared_bytes spell the same threshold.
+#ifndef KF_GEMM_LONG_K
+#define KF_GEMM_LONG_K 8192
+#endif // KF_GEMM_LONG_K
+constexpr int kGemmLongK = KF_GEMM_LONG_K;
 // Dynamic shared memory of one block, as launch.shared_bytes of
 // skinny_gemm.json and gate_up_silu.json spells it: none below kGemmLongK
 // (static ring), 64 KB from there (the ring, then the warps' partial tiles).
 __host__ __device__ constexpr int gemm_dyn_smem_bytes(int K) {
-  return 65536 * (1 - 1 / (K / 8192 + 1));
+  return 65536 * (1 - 1 / (K / kGemmLongK + 1));
 }
 
 #if KF_USE_MMA
@@ -72,8 +87,8 @@ template <int K, int NT, int P, int NW, int THREADS, int W, bool XAHEAD = false>
 KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
                                      const long long (&tile_off)[NT], const kf_bf16 *x, int rows,
                                      vec8 *ring, int warp, int lane) {
-  constexpr int S = K / 32;      // steps in all of K
-  constexpr int n = S / NW;      // steps per warp
+  constexpr int S = K / 32; // steps in all of K
+  constexpr int n = S / NW; // steps per warp
   constexpr int C = S % (NW * 4) == 0 ? 4 : 1;
   static_assert(S % NW == 0, "K must be a multiple of 32 * warps");
   const int tid = warp * 32 + lane;
@@ -98,9 +113,11 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
     async_commit(); // an empty group past the end keeps the wait count uniform
   };
 #pragma unroll
-  for (int j = 0; j < P; ++j) issue(j);
+  for (int j = 0; j < P; ++j)
+    issue(j);
   vec8 xnext;
-  if constexpr (XAHEAD) xnext = load_x8<W>(x, K, kstep(0) * 32, lane, rows);
+  if constexpr (XAHEAD)
+    xnext = load_x8<W>(x, K, kstep(0) * 32, lane, rows);
   for (int j = 0; j < n; ++j) {
     vec8 xv;
     if constexpr (XAHEAD) {
@@ -122,6 +139,78 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
   }
   async_wait<0>();
 }
+
+// Warp building block (line ring): as warp_gemm_tiles_async, but the unit of
+// work is 64 k (one 128-byte line of each of the 16 rows of a tile) and the
+// copies are row-contiguous: copy instruction q of a slot moves rows 4q..4q+3,
+// eight lanes per row, so every request is a whole line. A slot is one tile's
+// 16 rows x 128 bytes (2 KB); slots go tile after tile, unit after unit, and
+// the ring keeps P of them in flight. In the slot, the 16-byte chunk c of row
+// r sits at r * 8 + (c ^ 4 * (r & 1)): the copies (8 lanes, one row) and the
+// fragment reads (lanes 4g + t read chunk 4h + t of rows g and g + 8) are both
+// free of bank conflicts. A warp sums its units in a fixed order, so the
+// result does not depend on W or rows.
+template <int K, int NT, int P, int NW, int W>
+KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
+                                     const long long (&tile_off)[NT], const kf_bf16 *x, int rows,
+                                     vec8 *ring, int warp, int lane) {
+  constexpr int S = K / 64; // units in all of K
+  constexpr int n = S / NW; // units per warp
+  constexpr int C = S % (NW * 2) == 0 ? 2 : 1;
+  constexpr int kSlot = 16 * 8; // vec8 per slot
+  static_assert(S % NW == 0, "K must be a multiple of 64 * warps");
+  const int g = lane >> 2, t = lane & 3;
+  const int crow = lane >> 3, cchunk = lane & 7; // this lane's copies: row 4q + crow
+  vec8 *wring = ring + warp * P * kSlot;
+  const kf_bf16 *src[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+    src[i] = w + tile_off[i] + (long long)crow * K + 8 * cchunk;
+  auto kunit = [&](int j) { return ((j / C) * NW + warp) * C + (j % C); };
+  auto issue = [&](int s) { // slot s of this warp's sequence: unit s / NT, tile s % NT
+    if (s < n * NT) {
+      const int k = kunit(s / NT) * 64;
+      const int i = s % NT;
+      const kf_bf16 *p = src[0];
+#pragma unroll
+      for (int q = 1; q < NT; ++q)
+        p = i == q ? src[q] : p; // no run-time array index
+      vec8 *slot = wring + (s % P) * kSlot;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = 4 * q + crow;
+        async_copy16(slot + r * 8 + (cchunk ^ ((r & 1) << 2)), p + 4LL * q * K + k);
+      }
+    }
+    async_commit(); // an empty group past the end keeps the wait count uniform
+  };
+#pragma unroll
+  for (int s = 0; s < P; ++s)
+    issue(s);
+  for (int j = 0; j < n; ++j) {
+    const int k = kunit(j) * 64;
+    const vec8 x0 = load_x8<W>(x, K, k, lane, rows);
+    const vec8 x1 = load_x8<W>(x, K, k + 32, lane, rows);
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      const int s = j * NT + i;
+      async_wait<P - 1>(); // slot s has landed (this lane's copies)
+      warp_sync();         // ... and the other lanes'
+      const vec8 *slot = wring + (s % P) * kSlot;
+      const int sw = (g & 1) << 2;
+      wtile16 wt;
+      wt.lo = slot[g * 8 + (t ^ sw)];
+      wt.hi = slot[(g + 8) * 8 + (t ^ sw)];
+      mma_k32(acc[i], wt, x0);
+      wt.lo = slot[g * 8 + ((4 + t) ^ sw)];
+      wt.hi = slot[(g + 8) * 8 + ((4 + t) ^ sw)];
+      mma_k32(acc[i], wt, x1);
+      warp_sync(); // every lane has read slot s before it is refilled
+      issue(s + P);
+    }
+  }
+  async_wait<0>();
+}
 #endif // KF_USE_MMA
 
 // Block building block: NT tiles of 16 weight rows (tile i is the 16 x K
@@ -129,8 +218,8 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
 // [W x K]. Calls epi(wrow, xrow, v) once for each weight row wrow (0..15) and
 // real activation row xrow (< rows), v[i] the fp32 dot product for tile i.
 template <int K, int NT, int W, int THREADS, class Epi>
-KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long long (&tile_off)[NT],
-                                 int rows, Epi epi) {
+KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
+                                 const long long (&tile_off)[NT], int rows, Epi epi) {
   static_assert(W >= 1 && W <= 8, "skinny_gemm serves widths 1..8");
   static_assert(K % 8 == 0, "K must be a multiple of 8");
   __shared__ float res[NT][kGemmTileRows][8];
@@ -142,9 +231,15 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
   constexpr bool kLong = K >= kGemmLongK;
   constexpr int kInFlight = kLong ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT;
   constexpr int kUnroll = kInFlight / NT > 0 ? kInFlight / NT : 1;
+  // The line ring holds the same bytes as the fragment ring: slots of 2 KB
+  // per warp, half as many as 1 KB fragment steps.
+  constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && K % (64 * kWarps) == 0;
+  constexpr int kLineSlots = KF_GEMM_STEPS_IN_FLIGHT / 2;
+  constexpr int kLineSlotsLong = KF_GEMM_STEPS_IN_FLIGHT_LONG / 2;
   float acc[NT][4];
 #pragma unroll
-  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  for (int i = 0; i < NT; ++i)
+    acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   float(*red)[NT][128];
   if constexpr (kLong) {
     // The ring lives in dynamic shared memory (launch.shared_bytes ==
@@ -157,8 +252,15 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
     extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
 #if KF_GEMM_ASYNC
     vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
-    warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W, true>(acc, w, tile_off, x, rows,
-                                                                    ring, warp, lane);
+    if constexpr (kLines) {
+      static_assert(kWarps * kLineSlotsLong * 128 * 16 <= gemm_dyn_smem_bytes(K),
+                    "line ring exceeds shared_bytes");
+      warp_gemm_tiles_lines<K, NT, kLineSlotsLong, kWarps, W>(acc, w, tile_off, x, rows, ring, warp,
+                                                              lane);
+    } else {
+      warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W, true>(acc, w, tile_off, x, rows,
+                                                                      ring, warp, lane);
+    }
     __syncthreads(); // every warp is done with the ring before it is reused
 #else
     constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
@@ -169,9 +271,15 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
   } else {
     __shared__ float red_short[kWarps][NT][128];
 #if KF_GEMM_ASYNC
-    __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
-    warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W>(acc, w, tile_off, x, rows, ring, warp,
-                                                              lane);
+    if constexpr (kLines) {
+      __shared__ vec8 ring[kWarps * kLineSlots * 128];
+      warp_gemm_tiles_lines<K, NT, kLineSlots, kWarps, W>(acc, w, tile_off, x, rows, ring, warp,
+                                                          lane);
+    } else {
+      __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
+      warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W>(acc, w, tile_off, x, rows, ring,
+                                                                warp, lane);
+    }
 #else
     constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
     warp_gemm_tiles<NT, kUnroll, W>(acc, w, tile_off, K, x, K, rows, warp * kSteps * 32, kSteps,
@@ -182,14 +290,16 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) red[warp][i][lane * 4 + j] = acc[i][j];
+    for (int j = 0; j < 4; ++j)
+      red[warp][i][lane * 4 + j] = acc[i][j];
   }
   __syncthreads();
   for (int e = tid; e < NT * 128; e += THREADS) {
     const int i = e / 128, idx = e % 128;
     float s = red[0][i][idx];
 #pragma unroll
-    for (int v = 1; v < kWarps; ++v) s += red[v][i][idx];
+    for (int v = 1; v < kWarps; ++v)
+      s += red[v][i][idx];
     res[i][acc_wrow(idx >> 2, idx & 3)][acc_xrow(idx >> 2, idx & 3)] = s;
   }
 #else
@@ -200,11 +310,13 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
     const int i = p / kGemmTileRows, m = p % kGemmTileRows;
     long long off = tile_off[0];
 #pragma unroll
-    for (int q = 1; q < NT; ++q) off = i == q ? tile_off[q] : off; // no run-time array index
+    for (int q = 1; q < NT; ++q)
+      off = i == q ? tile_off[q] : off; // no run-time array index
     const kf_bf16 *wr = w + off + (long long)m * K;
     float acc[W];
 #pragma unroll
-    for (int r = 0; r < W; ++r) acc[r] = 0.f;
+    for (int r = 0; r < W; ++r)
+      acc[r] = 0.f;
     for (int c = lane; c < K / 8; c += kWarpSize) {
       float wf[8];
       unpack8(load_stream(wr + c * 8), wf);
@@ -214,14 +326,16 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
           float xf[8];
           unpack8(load_shared_ro(x + (long long)r * K + c * 8), xf);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
+          for (int e = 0; e < 8; ++e)
+            acc[r] = fmaf(wf[e], xf[e], acc[r]);
         }
       }
     }
 #pragma unroll
     for (int r = 0; r < W; ++r) {
       const float s = warp_sum(acc[r]);
-      if (lane == 0) res[i][m][r] = s;
+      if (lane == 0)
+        res[i][m][r] = s;
     }
   }
 #endif // KF_USE_MMA
@@ -231,7 +345,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w, const long 
     if (xrow < W && xrow < rows) {
       float v[NT];
 #pragma unroll
-      for (int i = 0; i < NT; ++i) v[i] = res[i][wrow][xrow];
+      for (int i = 0; i < NT; ++i)
+        v[i] = res[i][wrow][xrow];
       epi(wrow, xrow, v);
     }
   }
