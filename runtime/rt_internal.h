@@ -2,7 +2,8 @@
  *
  * The runtime is split by job: rt_error.c (reasons, the driver check),
  * rt_file.c (read-only file access), rt_arch.c (arch names and which
- * manifest a device can run), rt_manifest.c (manifest parsing), rt_meta.c
+ * manifest a device can run), rt_json.c (finding a manifest's parts without
+ * parsing them), rt_manifest.c (manifest parsing), rt_meta.c
  * (meta.json), rt_cuda.c and rt_hip.c (the two driver backends behind
  * rt_driver), rt_runtime.c (open/close) and rt_kernel.c (find, load, launch,
  * introspection). Names shared between files carry the rt_ prefix; nothing
@@ -148,23 +149,54 @@ typedef struct rt_manifest {
   kf_backend backend;
   int nsigs;
   rt_sig *sigs;
-  int nkernels;
+  int nkernels;      /* entries in "kernels" */
+  int nparsed;       /* kernels[0..nparsed) are parsed; the rest are zero */
   rt_kdesc *kernels; /* in manifest order */
-  void *json;        /* the parsed cJSON tree, until rt_manifest_drop_json */
+  /* what parsing the remaining entries needs, until rt_manifest_finish */
+  char *path;  /* names the file in reasons */
+  char *text;  /* the whole text */
+  size_t next; /* where entry nparsed starts (whitespace before it) */
+  size_t end;  /* the "kernels" array's closing bracket */
 } rt_manifest;
 
-/* Parses a manifest's text; path only names it in reasons. On failure m is
- * left empty: KF_ERR_FORMAT for a newer format, KF_ERR_BAD_MANIFEST
- * otherwise, naming path and the offending field or line:column. */
+/* A manifest is parsed in steps, so that an eager open can load kernel i
+ * while entry i+1 is parsed: rt_manifest_open parses everything but the
+ * kernels' entries and sizes kernels[]; rt_manifest_kernel parses entry i;
+ * rt_manifest_finish parses what is left and checks what spans entries
+ * (ids are unique). The steps may run on any thread, one at a time. On
+ * failure they return KF_ERR_FORMAT for a newer format, KF_ERR_BAD_MANIFEST
+ * otherwise, naming the file and the offending field or line:column, and
+ * the caller must still rt_manifest_free(m) (always safe). */
+kf_status rt_manifest_open(const char *path, rt_manifest *m, rt_err *err);
+/* Parses kernels[i]; i is nparsed (entries go in order) or below (done). */
+kf_status rt_manifest_kernel(rt_manifest *m, int i, rt_err *err);
+kf_status rt_manifest_finish(rt_manifest *m, rt_err *err);
+/* All three steps on a text (path only names it in reasons) or a file. On
+ * failure m is left empty. */
 kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_manifest *m,
                             rt_err *err);
 kf_status rt_manifest_load(const char *path, rt_manifest *m, rt_err *err);
 void rt_manifest_free(rt_manifest *m);
-/* Frees the parse tree a parse leaves behind (nothing refers to it). Apart
- * so that an eager open can free it off its critical path. */
-void rt_manifest_drop_json(rt_manifest *m);
 /* Size in bytes of a contract arg type, 0 if it is not one. */
 size_t rt_type_size(const char *type);
+
+/* ---- JSON scanning (rt_json.c) ----------------------------------------- */
+
+/* Offset just past the JSON value at text[at] (after whitespace), or 0 when
+ * there is no well-formed value there. */
+size_t rt_json_skip(const char *text, size_t len, size_t at);
+
+typedef struct rt_json_layout {
+  size_t kernels_start; /* the first "kernels" member's array, brackets */
+  size_t kernels_end;   /* included; both 0 when it is absent or no array */
+  int nkernels;         /* entries in it */
+} rt_json_layout;
+
+/* Checks that text is one well-formed JSON object and finds its "kernels"
+ * array. 0 on success; -1 when the text is malformed or is one that only a
+ * full parse reads right (a member name with escapes, trailing text): the
+ * caller then parses it whole. */
+int rt_json_scan_manifest(const char *text, size_t len, rt_json_layout *out);
 
 /* ---- meta.json (rt_meta.c) --------------------------------------------- */
 
@@ -190,7 +222,7 @@ enum { RT_UNLOADED = 0, RT_LOADED = 1, RT_FAILED = 2 };
 struct kf_kernel {
   kf_runtime *rt;
   const rt_kdesc *d;  /* owned by rt->manifest */
-  char *object_path;  /* <cache>/v1/<object> */
+  char *object_path;  /* <cache>/v1/<object>; one block with meta_path */
   char *meta_path;    /* <cache>/v1/<meta> */
   int rows_param;     /* index of a trailing "int rows", else -1 */
   atomic_int state;   /* RT_UNLOADED, RT_LOADED or RT_FAILED */

@@ -4,7 +4,12 @@
  * it: ids agree with model/kind/width/arch, checksums are 32 hex digits,
  * parameter types are from the contract's closed set with matching sizes,
  * paths stay inside the cache. A reason names the file and the field, or the
- * line:column of a JSON syntax error. */
+ * line:column of a JSON syntax error.
+ *
+ * The kernels' entries are parsed one at a time, after the rest: an eager
+ * open loads kernel i while entry i+1 is parsed, instead of parsing the whole
+ * manifest (most of a cache's startup work) before its first load. rt_json.c
+ * finds where the entries lie. */
 #include "rt_internal.h"
 
 #include <cjson/cJSON.h>
@@ -64,13 +69,17 @@ size_t rt_type_size(const char *type) {
   return 0;
 }
 
-static const char *get_string(parse_ctx *c, const cJSON *obj, const char *key, kf_status *st) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+/* v, the member key of an object (NULL when missing), as a string. */
+static const char *string_of(parse_ctx *c, const cJSON *v, const char *key, kf_status *st) {
   if (!cJSON_IsString(v) || !v->valuestring || !v->valuestring[0]) {
     *st = bad(c, key, v ? "must be a non-empty string" : "missing");
     return NULL;
   }
   return v->valuestring;
+}
+
+static const char *get_string(parse_ctx *c, const cJSON *obj, const char *key, kf_status *st) {
+  return string_of(c, cJSON_GetObjectItemCaseSensitive(obj, key), key, st);
 }
 
 /* An integer in [lo, hi]; JSON numbers are doubles, so check integrality. */
@@ -136,11 +145,6 @@ static void kdesc_free(rt_kdesc *k) {
     free(k->params);
 }
 
-void rt_manifest_drop_json(rt_manifest *m) {
-  cJSON_Delete(m->json);
-  m->json = NULL;
-}
-
 void rt_manifest_free(rt_manifest *m) {
   for (int i = 0; i < m->nkernels; i++)
     kdesc_free(&m->kernels[i]);
@@ -156,7 +160,8 @@ void rt_manifest_free(rt_manifest *m) {
   free(m->sigs);
   free(m->model);
   free(m->arch);
-  rt_manifest_drop_json(m);
+  free(m->path);
+  free(m->text);
   memset(m, 0, sizeof *m);
 }
 
@@ -234,10 +239,48 @@ static int id_matches(const char *id, const rt_manifest *m, const char *kind, lo
   return strcmp(end + 1, m->arch) == 0;
 }
 
+/* The members of a kernel's entry, in the order the generator writes them. */
+enum {
+  F_ID,
+  F_KIND,
+  F_WIDTH,
+  F_KEY,
+  F_OBJECT,
+  F_META,
+  F_CHECKSUM,
+  F_SIZE,
+  F_SYMBOL,
+  F_PARAMS,
+  F_LAUNCH,
+  F_COUNT
+};
+static const char *const kernel_fields[F_COUNT] = {"id",     "kind",   "width",    "key",
+                                                   "object", "meta",   "checksum", "size",
+                                                   "symbol", "params", "launch"};
+
+/* Finds the members in one walk over the entry instead of one walk per
+ * member: the first of a repeated name wins, as with
+ * cJSON_GetObjectItemCaseSensitive. Each name is tried first where the
+ * previous one matched, so the generator's order costs one compare each. */
+static void kernel_members(const cJSON *obj, const cJSON *f[F_COUNT]) {
+  int next = 0;
+  memset(f, 0, F_COUNT * sizeof *f);
+  for (const cJSON *e = obj->child; e; e = e->next)
+    for (int j = 0; j < F_COUNT && e->string; j++) {
+      int x = (next + j) % F_COUNT;
+      if (strcmp(e->string, kernel_fields[x]) == 0) {
+        if (!f[x])
+          f[x] = e;
+        next = x + 1;
+        break;
+      }
+    }
+}
+
 static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const rt_manifest *m,
                               rt_kdesc *k) {
   const char *id, *kind, *key, *object, *meta, *checksum, *symbol;
-  const cJSON *launch;
+  const cJSON *launch, *f[F_COUNT];
   long long width, size, shared;
   unsigned char keybin[16];
   kf_status st = KF_OK;
@@ -245,17 +288,17 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const r
   if (!cJSON_IsObject(obj))
     return bad(c, "kernels", "element %d must be an object", index);
   c->kernel = index;
-  if (!(id = get_string(c, obj, "id", &st)) || !(kind = get_string(c, obj, "kind", &st)) ||
-      !(key = get_string(c, obj, "key", &st)) || !(object = get_string(c, obj, "object", &st)) ||
-      !(meta = get_string(c, obj, "meta", &st)) ||
-      !(checksum = get_string(c, obj, "checksum", &st)) ||
-      !(symbol = get_string(c, obj, "symbol", &st)))
+  kernel_members(obj, f);
+  if (!(id = string_of(c, f[F_ID], "id", &st)) || !(kind = string_of(c, f[F_KIND], "kind", &st)) ||
+      !(key = string_of(c, f[F_KEY], "key", &st)) ||
+      !(object = string_of(c, f[F_OBJECT], "object", &st)) ||
+      !(meta = string_of(c, f[F_META], "meta", &st)) ||
+      !(checksum = string_of(c, f[F_CHECKSUM], "checksum", &st)) ||
+      !(symbol = string_of(c, f[F_SYMBOL], "symbol", &st)))
     return st;
-  if (get_int(c, cJSON_GetObjectItemCaseSensitive(obj, "width"), "width", 1, 1 << 20, &width,
-              &st) != 0)
+  if (get_int(c, f[F_WIDTH], "width", 1, 1 << 20, &width, &st) != 0)
     return st;
-  if (get_int(c, cJSON_GetObjectItemCaseSensitive(obj, "size"), "size", 0, 9007199254740992.0,
-              &size, &st) != 0)
+  if (get_int(c, f[F_SIZE], "size", 0, 9007199254740992.0, &size, &st) != 0)
     return st;
 
   if (!valid_kind(kind))
@@ -275,22 +318,28 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const r
     return bad(c, "symbol", "'%s' is not a C identifier", symbol);
 
   /* the kernel's own parameter list, else its kind's signature */
-  const cJSON *params = cJSON_GetObjectItemCaseSensitive(obj, "params");
-  if (params) {
-    if ((st = parse_params(c, params, k)) != KF_OK)
+  if (f[F_PARAMS]) {
+    if ((st = parse_params(c, f[F_PARAMS], k)) != KF_OK)
       return st;
   } else {
+    const rt_kdesc *prev = index > 0 ? &m->kernels[index - 1] : NULL;
     const rt_sig *sig = NULL;
-    for (int i = 0; i < m->nsigs && !sig; i++)
-      if (strcmp(m->sigs[i].kind, kind) == 0)
-        sig = &m->sigs[i];
-    if (!sig)
-      return bad(c, "params", "missing, and \"signatures\" has no entry for kind '%s'", kind);
-    k->params = sig->params;
-    k->nparams = sig->nparams;
+    if (prev && prev->params_shared && strcmp(prev->kind, kind) == 0) {
+      /* a kind's kernels are neighbours (sorted by id): the previous one's */
+      k->params = prev->params;
+      k->nparams = prev->nparams;
+    } else {
+      for (int i = 0; i < m->nsigs && !sig; i++)
+        if (strcmp(m->sigs[i].kind, kind) == 0)
+          sig = &m->sigs[i];
+      if (!sig)
+        return bad(c, "params", "missing, and \"signatures\" has no entry for kind '%s'", kind);
+      k->params = sig->params;
+      k->nparams = sig->nparams;
+    }
     k->params_shared = 1;
   }
-  launch = cJSON_GetObjectItemCaseSensitive(obj, "launch");
+  launch = f[F_LAUNCH];
   if (!cJSON_IsObject(launch))
     return bad(c, "launch", launch ? "must be an object" : "missing");
   c->sub = "launch";
@@ -380,12 +429,22 @@ static void line_col(const char *text, size_t pos, int *line, int *col) {
   }
 }
 
-static kf_status parse_root(parse_ctx *c, const cJSON *root, rt_manifest *m) {
-  const cJSON *kernels;
+/* A syntax error at stop (where cJSON gave up), by line and column. */
+static kf_status malformed(const char *path, const char *text, size_t len, const char *stop,
+                           rt_err *err) {
+  int line, col;
+  size_t pos = stop && stop >= text ? (size_t)(stop - text) : 0;
+  line_col(text, pos < len ? pos : len, &line, &col);
+  return rt_err_set(err, KF_ERR_BAD_MANIFEST, "%s:%d:%d: error: malformed JSON in manifest", path,
+                    line, col);
+}
+
+/* Everything but the kernels' entries; *kernels is the "kernels" array. */
+static kf_status parse_header(parse_ctx *c, const cJSON *root, rt_manifest *m,
+                              const cJSON **kernels) {
   const char *model, *arch, *backend;
   long long format;
   kf_status st = KF_OK;
-  int n;
 
   if (!cJSON_IsObject(root))
     return bad(c, "(root)", "must be an object");
@@ -418,76 +477,172 @@ static kf_status parse_root(parse_ctx *c, const cJSON *root, rt_manifest *m) {
 
   if ((st = parse_signatures(c, cJSON_GetObjectItemCaseSensitive(root, "signatures"), m)) != KF_OK)
     return st;
-  kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels");
-  if (!cJSON_IsArray(kernels))
-    return bad(c, "kernels", kernels ? "must be an array" : "missing");
-  n = cJSON_GetArraySize(kernels);
-  m->kernels = calloc((size_t)(n ? n : 1), sizeof *m->kernels);
-  if (!m->kernels)
-    return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
-  int i = 0;
-  for (const cJSON *e = kernels->child; e; e = e->next, i++) {
-    m->nkernels = i + 1;
-    if ((st = parse_kernel(c, e, i, m, &m->kernels[i])) != KF_OK)
-      return st;
-  }
-  /* ids are unique: sort a view of them and compare neighbours */
+  *kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels");
+  if (!cJSON_IsArray(*kernels))
+    return bad(c, "kernels", *kernels ? "must be an array" : "missing");
+  return KF_OK;
+}
+
+/* ids are unique: sort a view of them and compare neighbours */
+static kf_status check_ids(parse_ctx *c, const rt_manifest *m) {
+  int n = m->nkernels;
+  kf_status st = KF_OK;
   const rt_kdesc **byid = calloc((size_t)(n ? n : 1), sizeof *byid);
   if (!byid)
     return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
-  for (i = 0; i < n; i++)
+  for (int i = 0; i < n; i++)
     byid[i] = &m->kernels[i];
   qsort(byid, (size_t)n, sizeof *byid, cmp_kdesc_id);
-  for (i = 1; i < n; i++)
+  for (int i = 1; i < n && st == KF_OK; i++)
     if (strcmp(byid[i]->id, byid[i - 1]->id) == 0) {
       int a = (int)(byid[i - 1] - m->kernels), b = (int)(byid[i] - m->kernels);
       c->kernel = a > b ? a : b;
       st = bad(c, "id", "'%s' repeats kernels[%d]", byid[i]->id, a < b ? a : b);
-      free(byid);
-      return st;
     }
   free(byid);
+  return st;
+}
+
+/* Parses the header of text (which m takes over). When the scanner finds
+ * the text well-formed, cJSON parses it with the kernels' entries cut out,
+ * and the entries wait for rt_manifest_kernel; otherwise (or should cJSON
+ * disagree) cJSON parses the whole text as it always did, entries included,
+ * so that a syntax error is reported where cJSON finds it. */
+static kf_status begin(const char *path, char *text, size_t len, rt_manifest *m, rt_err *err) {
+  parse_ctx c = {path, err, NULL, -1, -1, NULL};
+  rt_json_layout lay;
+  const cJSON *kernels = NULL;
+  cJSON *root = NULL;
+  int streamed = 0;
+  kf_status st;
+
+  memset(m, 0, sizeof *m);
+  m->text = text;
+  if (!(m->path = dup(path)))
+    return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  if (rt_json_scan_manifest(text, len, &lay) == 0 && lay.kernels_end > 0) {
+    size_t cut = lay.kernels_end - lay.kernels_start, hlen = len - cut + 2;
+    char *head = malloc(hlen);
+    if (!head)
+      return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+    memcpy(head, text, lay.kernels_start);
+    memcpy(head + lay.kernels_start, "[]", 2);
+    memcpy(head + lay.kernels_start + 2, text + lay.kernels_end, len - lay.kernels_end);
+    root = cJSON_ParseWithLength(head, hlen);
+    free(head);
+    streamed = root != NULL;
+  }
+  if (!root) {
+    const char *stop = NULL;
+    if (!(root = cJSON_ParseWithLengthOpts(text, len, &stop, 0)))
+      return malformed(path, text, len, stop, err);
+  }
+  st = parse_header(&c, root, m, &kernels);
+  if (st == KF_OK) {
+    int n = streamed ? lay.nkernels : cJSON_GetArraySize(kernels);
+    if (!(m->kernels = calloc((size_t)(n ? n : 1), sizeof *m->kernels)))
+      st = rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+    else
+      m->nkernels = n;
+  }
+  if (st == KF_OK && streamed) {
+    m->next = lay.kernels_start + 1;
+    m->end = lay.kernels_end - 1;
+  } else if (st == KF_OK) {
+    int i = 0;
+    for (const cJSON *e = kernels->child; e && st == KF_OK; e = e->next, i++)
+      if ((st = parse_kernel(&c, e, i, m, &m->kernels[i])) == KF_OK)
+        m->nparsed = i + 1;
+  }
+  cJSON_Delete(root);
+  return st;
+}
+
+kf_status rt_manifest_open(const char *path, rt_manifest *m, rt_err *err) {
+  char *text;
+  size_t len;
+  memset(m, 0, sizeof *m);
+  if (rt_file_read(path, &text, &len, err) != KF_OK) {
+    if (err->status == KF_ERR_IO)
+      err->status = KF_ERR_BAD_MANIFEST;
+    return err->status;
+  }
+  return begin(path, text, len, m, err);
+}
+
+kf_status rt_manifest_kernel(rt_manifest *m, int i, rt_err *err) {
+  parse_ctx c = {m->path, err, NULL, -1, -1, NULL};
+  const char *stop = NULL;
+  rt_kdesc *k;
+  cJSON *entry;
+  size_t at = m->next;
+  kf_status st;
+
+  if (i < m->nparsed)
+    return KF_OK;
+  if (i != m->nparsed || i >= m->nkernels || !m->text)
+    return rt_err_set(err, KF_ERR_INVALID_ARGUMENT, "%s: kernels[%d] parsed out of order",
+                      m->path ? m->path : "manifest", i);
+  k = &m->kernels[i];
+  entry = cJSON_ParseWithLengthOpts(m->text + at, m->end - at, &stop, 0);
+  if (!entry)
+    return malformed(m->path, m->text, m->end, stop, err);
+  st = parse_kernel(&c, entry, i, m, k);
+  cJSON_Delete(entry);
+  if (st != KF_OK) {
+    kdesc_free(k); /* kernels past nparsed stay zero */
+    memset(k, 0, sizeof *k);
+    return st;
+  }
+  /* a comma before the next entry, the bracket after the last (the scanner
+   * found them; cJSON agrees unless it reads an entry differently) */
+  for (at = (size_t)(stop - m->text); at < m->end && (unsigned char)m->text[at] <= 32;)
+    at++;
+  if (i + 1 < m->nkernels ? at >= m->end || m->text[at] != ',' : at != m->end) {
+    kdesc_free(k);
+    memset(k, 0, sizeof *k);
+    return malformed(m->path, m->text, m->end, m->text + at, err);
+  }
+  m->next = at + 1;
+  m->nparsed = i + 1;
   return KF_OK;
+}
+
+kf_status rt_manifest_finish(rt_manifest *m, rt_err *err) {
+  parse_ctx c = {m->path, err, NULL, -1, -1, NULL};
+  kf_status st = KF_OK;
+  for (int i = m->nparsed; i < m->nkernels && st == KF_OK; i++)
+    st = rt_manifest_kernel(m, i, err);
+  if (st == KF_OK && (st = check_ids(&c, m)) == KF_OK) {
+    /* nothing refers to the text: entries copy what they keep */
+    free(m->text);
+    free(m->path);
+    m->text = m->path = NULL;
+  }
+  return st;
 }
 
 kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_manifest *m,
                             rt_err *err) {
-  parse_ctx c = {path, err, NULL, -1, -1, NULL};
-  const char *end = NULL;
-  cJSON *root;
+  char *copy = malloc(len + 1);
   kf_status st;
-
   memset(m, 0, sizeof *m);
-  root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-  if (!root) {
-    int line, col;
-    size_t pos = end && end >= text ? (size_t)(end - text) : 0;
-    line_col(text, pos < len ? pos : len, &line, &col);
-    return rt_err_set(err, KF_ERR_BAD_MANIFEST, "%s:%d:%d: error: malformed JSON in manifest", path,
-                      line, col);
-  }
-  st = parse_root(&c, root, m);
-  if (st != KF_OK) {
-    cJSON_Delete(root);
+  if (!copy)
+    return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  memcpy(copy, text, len);
+  copy[len] = '\0';
+  if ((st = begin(path, copy, len, m, err)) == KF_OK)
+    st = rt_manifest_finish(m, err);
+  if (st != KF_OK)
     rt_manifest_free(m);
-    return st;
-  }
-  /* nothing points into the tree; the caller frees it when convenient */
-  m->json = root;
   return st;
 }
 
 kf_status rt_manifest_load(const char *path, rt_manifest *m, rt_err *err) {
-  char *text;
-  size_t len;
-  kf_status st;
-  memset(m, 0, sizeof *m);
-  if ((st = rt_file_read(path, &text, &len, err)) != KF_OK) {
-    if (st == KF_ERR_IO)
-      err->status = KF_ERR_BAD_MANIFEST;
-    return err->status;
-  }
-  st = rt_manifest_parse(path, text, len, m, err);
-  free(text);
+  kf_status st = rt_manifest_open(path, m, err);
+  if (st == KF_OK)
+    st = rt_manifest_finish(m, err);
+  if (st != KF_OK)
+    rt_manifest_free(m);
   return st;
 }

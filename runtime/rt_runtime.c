@@ -156,37 +156,45 @@ static int cmp_kernel(const void *a, const void *b) {
   return c ? c : (x->d->width > y->d->width) - (x->d->width < y->d->width);
 }
 
-static kf_status index_kernels(kf_runtime *rt, rt_err *err) {
-  int n = rt->manifest.nkernels;
-  kf_kernel **sorted;
-  rt->kernels = calloc((size_t)(n ? n : 1), sizeof *rt->kernels);
-  sorted = calloc((size_t)(n ? n : 1), sizeof *sorted);
+/* Sets up the handle of manifest entry i, which is parsed. */
+static kf_status kernel_init(kf_runtime *rt, int i, rt_err *err) {
+  kf_kernel *k = &rt->kernels[i];
+  const rt_kdesc *d = &rt->manifest.kernels[i];
+  size_t dir = strlen(rt->v1_dir), object = strlen(d->object) + 1, meta = strlen(d->meta) + 1;
+  k->rt = rt;
+  k->d = d;
+  k->rows_param = -1;
+  if (d->nparams > 0 && strcmp(d->params[d->nparams - 1].name, "rows") == 0 &&
+      strcmp(d->params[d->nparams - 1].type, "int") == 0)
+    k->rows_param = d->nparams - 1;
+  atomic_init(&k->state, RT_UNLOADED);
+  pthread_mutex_init(&k->mu, NULL);
+  rt_slot_init(&k->err);
+  rt->nkernels = i + 1;
+  /* "<v1>/<object>\0<v1>/<meta>\0" in one block, freed with object_path */
+  if (!(k->object_path = malloc(2 * (dir + 1) + object + meta)))
+    return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  k->meta_path = k->object_path + dir + 1 + object;
+  memcpy(k->object_path, rt->v1_dir, dir);
+  k->object_path[dir] = '/';
+  memcpy(k->object_path + dir + 1, d->object, object);
+  memcpy(k->meta_path, rt->v1_dir, dir);
+  k->meta_path[dir] = '/';
+  memcpy(k->meta_path + dir + 1, d->meta, meta);
+  return KF_OK;
+}
+
+/* Groups the kernels by kind, ascending width, once all are set up. */
+static kf_status index_kinds(kf_runtime *rt, rt_err *err) {
+  int n = rt->nkernels;
+  kf_kernel **sorted = calloc((size_t)(n ? n : 1), sizeof *sorted);
   rt->kinds = calloc((size_t)(n ? n : 1), sizeof *rt->kinds);
-  if (!rt->kernels || !sorted || !rt->kinds) {
+  if (!sorted || !rt->kinds) {
     free(sorted);
     return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
   }
-  for (int i = 0; i < n; i++) {
-    kf_kernel *k = &rt->kernels[i];
-    const rt_kdesc *d = &rt->manifest.kernels[i];
-    k->rt = rt;
-    k->d = d;
-    k->rows_param = -1;
-    if (d->nparams > 0 && strcmp(d->params[d->nparams - 1].name, "rows") == 0 &&
-        strcmp(d->params[d->nparams - 1].type, "int") == 0)
-      k->rows_param = d->nparams - 1;
-    atomic_init(&k->state, RT_UNLOADED);
-    pthread_mutex_init(&k->mu, NULL);
-    rt_slot_init(&k->err);
-    rt->nkernels = i + 1;
-    k->object_path = rt_path_join(rt->v1_dir, d->object);
-    k->meta_path = rt_path_join(rt->v1_dir, d->meta);
-    if (!k->object_path || !k->meta_path) {
-      free(sorted);
-      return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
-    }
-    sorted[i] = k;
-  }
+  for (int i = 0; i < n; i++)
+    sorted[i] = &rt->kernels[i];
   qsort(sorted, (size_t)n, sizeof *sorted, cmp_kernel);
   /* Kinds own runs of the sorted array; the first run keeps the block. */
   for (int i = 0; i < n; i++) {
@@ -202,6 +210,19 @@ static kf_status index_kernels(kf_runtime *rt, rt_err *err) {
   return KF_OK;
 }
 
+/* Parses the manifest's remaining entries and sets up their handles, in
+ * order, then checks what spans them and indexes them: a lazy open, and an
+ * eager one that has no thread to spare. */
+static kf_status parse_all(kf_runtime *rt, rt_err *err) {
+  kf_status st = KF_OK;
+  for (int i = rt->nkernels; i < rt->manifest.nkernels && st == KF_OK; i++)
+    if ((st = rt_manifest_kernel(&rt->manifest, i, err)) == KF_OK)
+      st = kernel_init(rt, i, err);
+  if (st == KF_OK && (st = rt_manifest_finish(&rt->manifest, err)) == KF_OK)
+    st = index_kinds(rt, err);
+  return st;
+}
+
 static void runtime_free(kf_runtime *rt) {
   for (int i = 0; i < rt->nkernels; i++) {
     kf_kernel *k = &rt->kernels[i];
@@ -209,7 +230,6 @@ static void runtime_free(kf_runtime *rt) {
     pthread_mutex_destroy(&k->mu);
     rt_slot_destroy(&k->err);
     free(k->object_path);
-    free(k->meta_path);
   }
   if (rt->nkinds > 0)
     free(rt->kinds[0].by_width);
@@ -223,79 +243,109 @@ static void runtime_free(kf_runtime *rt) {
   free(rt);
 }
 
-/* Eager loading: a reader thread reads and checksums the objects in order
- * while this thread hands each one to the driver as soon as it is ready, so
- * file reading and hashing hide behind module loading (the driver's part is
- * the floor of any loader). */
+/* Eager loading: a reader thread parses each kernel's manifest entry, sets
+ * up its handle and reads and checksums its object, in manifest order,
+ * while this thread hands each object to the driver as soon as it is ready.
+ * Parsing, reading and hashing thus hide behind module loading (the
+ * driver's part is the floor of any loader); only the manifest's header is
+ * parsed before the first load. */
 typedef struct {
   kf_runtime *rt;
-  char **images;
-  kf_status *status;
-  rt_err *errs;
-  int ready; /* objects read so far */
-  int stop;  /* the loader gave up: read no further */
+  char **images;      /* objects read, until the loader takes them */
+  kf_status *status;  /* how reading each went */
+  rt_err read_err;    /* why the one object that failed to read did */
+  kf_status manifest; /* the reader's verdict on the manifest (final once done) */
+  rt_err manifest_err;
+  int ready; /* kernels parsed, set up and read so far */
+  int done;  /* the reader has finished */
+  int stop;  /* the loader gave up: parse on, but read no further */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 } prefetch;
 
 static void *prefetch_main(void *arg) {
   prefetch *p = arg;
-  for (int i = 0; i < p->rt->nkernels; i++) {
-    pthread_mutex_lock(&p->mu);
-    int stop = p->stop;
-    pthread_mutex_unlock(&p->mu);
-    if (stop)
+  kf_runtime *rt = p->rt;
+  kf_status st = KF_OK;
+  int stop = 0;
+  for (int i = 0; i < rt->manifest.nkernels; i++) {
+    if ((st = rt_manifest_kernel(&rt->manifest, i, &p->manifest_err)) != KF_OK ||
+        (st = kernel_init(rt, i, &p->manifest_err)) != KF_OK)
       break;
-    p->status[i] = rt_kernel_read(&p->rt->kernels[i], &p->images[i], &p->errs[i]);
+    if (!stop) {
+      rt_err e;
+      if ((p->status[i] = rt_kernel_read(&rt->kernels[i], &p->images[i], &e)) != KF_OK) {
+        p->read_err = e;
+        stop = 1; /* the loader stops at this kernel */
+      }
+    }
     pthread_mutex_lock(&p->mu);
     p->ready = i + 1;
+    stop |= p->stop;
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
   }
-  /* reading outpaces the driver: free the manifest's parse tree meanwhile */
-  rt_manifest_drop_json(&p->rt->manifest);
+  /* while the driver is still loading: check the ids, index by kind, free
+   * the manifest's text */
+  if (st == KF_OK && (st = rt_manifest_finish(&rt->manifest, &p->manifest_err)) == KF_OK)
+    st = index_kinds(rt, &p->manifest_err);
+  pthread_mutex_lock(&p->mu);
+  p->manifest = st;
+  p->done = 1;
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
   return NULL;
 }
 
 static kf_status load_all(kf_runtime *rt, rt_err *err) {
-  int n = rt->nkernels;
+  int n = rt->manifest.nkernels;
   kf_status st = KF_OK;
-  prefetch p = {rt, NULL, NULL, NULL, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+  prefetch p;
   pthread_t reader;
-  if (n == 0)
-    return KF_OK;
-  p.images = calloc((size_t)n, sizeof *p.images);
-  p.status = calloc((size_t)n, sizeof *p.status);
-  p.errs = calloc((size_t)n, sizeof *p.errs);
-  if (!p.images || !p.status || !p.errs || pthread_create(&reader, NULL, prefetch_main, &p) != 0) {
-    /* no memory or thread to spare: load one by one */
-    free(p.images);
-    free(p.status);
-    free(p.errs);
-    for (int i = 0; i < n && st == KF_OK; i++)
-      st = rt_kernel_load(&rt->kernels[i], err);
-    return st;
+  memset(&p, 0, sizeof p);
+  p.rt = rt;
+  p.images = calloc((size_t)(n ? n : 1), sizeof *p.images);
+  p.status = calloc((size_t)(n ? n : 1), sizeof *p.status);
+  pthread_mutex_init(&p.mu, NULL);
+  pthread_cond_init(&p.cv, NULL);
+  if (n == 0 || !p.images || !p.status || pthread_create(&reader, NULL, prefetch_main, &p) != 0) {
+    /* nothing to overlap, or no memory or thread to spare: step by step */
+    if ((st = parse_all(rt, err)) == KF_OK)
+      for (int i = 0; i < n && st == KF_OK; i++)
+        st = rt_kernel_load(&rt->kernels[i], err);
+  } else {
+    for (int i = 0; i < n; i++) {
+      int have;
+      pthread_mutex_lock(&p.mu);
+      while (p.ready <= i && !p.done)
+        pthread_cond_wait(&p.cv, &p.mu);
+      have = p.ready > i;
+      pthread_mutex_unlock(&p.mu);
+      if (!have) /* the reader refused the manifest; it says why */
+        break;
+      st = rt_kernel_load_read(&rt->kernels[i], p.images[i], p.status[i], &p.read_err, err);
+      p.images[i] = NULL;
+      if (st != KF_OK) {
+        pthread_mutex_lock(&p.mu);
+        p.stop = 1;
+        pthread_mutex_unlock(&p.mu);
+        break;
+      }
+    }
+    pthread_join(reader, NULL);
+    /* A refused manifest is the reason even when a load failed first, as
+     * when the whole manifest was parsed before any load. */
+    if (p.manifest != KF_OK) {
+      *err = p.manifest_err;
+      st = p.manifest;
+    }
+    for (int i = 0; i < n; i++)
+      free(p.images[i]);
   }
-  int i = 0;
-  for (; i < n; i++) {
-    pthread_mutex_lock(&p.mu);
-    while (p.ready <= i)
-      pthread_cond_wait(&p.cv, &p.mu);
-    pthread_mutex_unlock(&p.mu);
-    st = rt_kernel_load_read(&rt->kernels[i], p.images[i], p.status[i], &p.errs[i], err);
-    p.images[i] = NULL;
-    if (st != KF_OK)
-      break;
-  }
-  pthread_mutex_lock(&p.mu);
-  p.stop = 1;
-  pthread_mutex_unlock(&p.mu);
-  pthread_join(reader, NULL);
-  for (int j = i + 1; j < n; j++)
-    free(p.images[j]);
   free(p.images);
   free(p.status);
-  free(p.errs);
+  pthread_mutex_destroy(&p.mu);
+  pthread_cond_destroy(&p.cv);
   return st;
 }
 
@@ -342,8 +392,9 @@ kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
     rt->drv.close = NULL; /* nothing is held on failure */
     goto fail;
   }
+  /* the header only: the kernels' entries are parsed as they are loaded */
   if ((st = pick_manifest(rt, opts->model, &path, &err)) != KF_OK ||
-      (st = rt_manifest_load(path, &rt->manifest, &err)) != KF_OK)
+      (st = rt_manifest_open(path, &rt->manifest, &err)) != KF_OK)
     goto fail;
   backend_name = rt->drv.backend == KF_BACKEND_CUDA ? "cuda" : "hip";
   if (strcmp(rt->manifest.model, opts->model) != 0) {
@@ -366,9 +417,13 @@ kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
                backend_name);
     goto fail;
   }
-  if ((st = index_kernels(rt, &err)) != KF_OK)
+  rt->kernels =
+      calloc((size_t)(rt->manifest.nkernels ? rt->manifest.nkernels : 1), sizeof *rt->kernels);
+  if (!rt->kernels) {
+    rt_err_set(&err, KF_ERR_NO_MEMORY, "out of memory");
     goto fail;
-  if (!rt->lazy && (st = load_all(rt, &err)) != KF_OK)
+  }
+  if ((st = rt->lazy ? parse_all(rt, &err) : load_all(rt, &err)) != KF_OK)
     goto fail;
   free(path);
   *out = rt;

@@ -5,8 +5,12 @@
  * device's limit). Behaviour is set by environment variables read at each
  * call: FAKE_CUDA_CC (compute capability as 90, 100; default 90),
  * FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_INIT_ERROR (cuInit's result),
- * FAKE_CUDA_OPTIN (opt-in shared memory limit, default 232448). */
+ * FAKE_CUDA_OPTIN (opt-in shared memory limit, default 232448),
+ * FAKE_CUDA_LOAD_US (each cuModuleLoadData busy-waits this long, as a real
+ * driver's ~20 us per small cubin: startup timing on a CPU; default 0). */
 #include "fake_driver.h"
+
+#include <time.h>
 
 typedef int CUresult;
 enum {
@@ -120,9 +124,20 @@ static int have_ctx(void) {
          atomic_load(&fake.retained) > 0;
 }
 
+static void spin_us(int us) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < us);
+}
+
 FAKE_EXPORT CUresult cuModuleLoadData(void **mod, const void *image) {
+  int us = fake_env_int("FAKE_CUDA_LOAD_US", 0);
   if (!have_ctx())
     return CUDA_ERROR_INVALID_CONTEXT;
+  if (us > 0)
+    spin_us(us);
   return fake_module_load((fake_module **)mod, image) ? CUDA_ERROR_INVALID_IMAGE : CUDA_SUCCESS;
 }
 

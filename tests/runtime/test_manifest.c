@@ -304,4 +304,287 @@ KF_TEST(manifest__many_kernels_syntax_error_names_its_line) {
   KF_CHECK_CONTAINS(err.text, "big.json:108:"); /* line 8 holds kernels[0] */
 }
 
+/* ---- the scanner (rt_json.c) and streamed parsing ---------------------- */
+
+/* Whether the value v, followed by more text, is found to end where it does. */
+static int ends_where_it_does(const char *v) {
+  char t[512];
+  snprintf(t, sizeof t, "  %s , 1]", v);
+  return rt_json_skip(t, strlen(t), 0) == 2 + strlen(v);
+}
+
+static int refused(const char *v) { return rt_json_skip(v, strlen(v), 0) == 0; }
+
+KF_TEST(json__skip_ends_tricky_values_where_they_end) {
+  KF_CHECK(ends_where_it_does("\"a\\\"]}b\"")); /* escaped quote, brackets */
+  KF_CHECK(ends_where_it_does("\"\\\\\""));     /* an escaped backslash */
+  KF_CHECK(
+      ends_where_it_does("\"\\u00e9\\uD83D\\uDE00 \\/\\b\\f\\n\\r\\t\"")); /* unicode escapes */
+  KF_CHECK(ends_where_it_does("\"a\tb\x01\"")); /* raw control bytes: cJSON takes them */
+  KF_CHECK(ends_where_it_does("\"a long string that spans several words \\\" of eight\""));
+  KF_CHECK(ends_where_it_does("[[1, [2, {\"a\": []}]], \"]\", {\"}\": \"{\"}, []]"));
+  KF_CHECK(ends_where_it_does("{\"k\": {\"k\": [true, false, null, -0.5e+3, 10, 0, 1E2]}}"));
+  KF_CHECK(ends_where_it_does("{}") && ends_where_it_does("-0") && ends_where_it_does("null"));
+  KF_CHECK(refused("\"\\uD83D\"") && refused("\"\\uDE00\"") && refused("\"\\uD83Dx\""));
+  KF_CHECK(refused("\"\\uZZZZ\"") && refused("\"\\x\"") && refused("\"abc"));
+  KF_CHECK(refused("[1,]") && refused("{\"a\" 1}") && refused("{\"a\": 1,}") && refused("{1: 2}"));
+  KF_CHECK(refused("[01]") && refused("[1.]") && refused("-") && refused(".5") && refused("[1e]"));
+  KF_CHECK(rt_json_skip("01", 2, 0) == 1); /* "0", then something else */
+  KF_CHECK(refused("tru") && refused("[") && refused("{\"a\": 1") && refused("") && refused("]"));
+  /* nesting past the scanner's depth is left to cJSON */
+  char deep[300];
+  memset(deep, '[', 100);
+  memset(deep + 100, ']', 100);
+  deep[200] = '\0';
+  KF_CHECK(refused(deep));
+}
+
+KF_TEST(json__scan_finds_the_kernels_array_and_not_one_inside_a_string) {
+  const char *t = "{\"note\": \"\\\"kernels\\\": [1, 2]\", \"kernels\": [{\"a\": \"]\"}, [1, [2]], "
+                  "\"x,y\"], \"kernels\": [9], \"after\": {\"kernels\": []}}";
+  const char *arr = strstr(t, "[{");
+  rt_json_layout lay;
+  KF_CHECK(rt_json_scan_manifest(t, strlen(t), &lay) == 0);
+  KF_CHECK(lay.nkernels == 3);
+  KF_CHECK(lay.kernels_start == (size_t)(arr - t));
+  KF_CHECK(strncmp(t + lay.kernels_end - 2, "\"], \"kernels\": [9]", 18) == 0);
+  KF_CHECK(rt_json_scan_manifest("{\"kernels\":[]}", 14, &lay) == 0 && lay.nkernels == 0 &&
+           lay.kernels_start == 11 && lay.kernels_end == 13);
+  /* no array: nothing found, and cJSON will say what is wrong */
+  KF_CHECK(rt_json_scan_manifest("{\"kernels\": {}}", 15, &lay) == 0 && lay.kernels_end == 0);
+  KF_CHECK(rt_json_scan_manifest(" {} ", 4, &lay) == 0 && lay.kernels_end == 0);
+  /* what only a whole parse reads right */
+  const char *whole[] = {"{\"kern\\u0065ls\": []}",
+                         "{\"kernels\": []} x",
+                         "{\"kernels\": [1,]}",
+                         "[1]",
+                         "{\"a\": 1",
+                         "\xEF\xBB\xBF{}",
+                         ""};
+  for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++)
+    KF_CHECK(rt_json_scan_manifest(whole[i], strlen(whole[i]), &lay) == -1);
+}
+
+/* A manifest of n kernels (kinds a then b) in the generator's order:
+ * header, "signatures", "kernels"; kernels_first puts "kernels" first and
+ * the rest after it. Strings hold what a scanner could trip on. */
+static char *shaped_manifest(int n, int kernels_first) {
+  static const char *head =
+      "  \"format\": 1,\n"
+      "  \"generator\": \"kforge \\\"0.1\\\" ]}[{ \\\"kernels\\\": [\",\n"
+      "  \"model\": \"m\",\n  \"arch\": \"sm_90a\",\n  \"backend\": \"cuda\",\n"
+      "  \"signatures\": {\n"
+      "    \"a\": {\"params\": [{\"name\": \"x\", \"type\": \"float*\", \"size\": 8},\n"
+      "                       {\"name\": \"rows\", \"type\": \"int\", \"size\": 4}]},\n"
+      "    \"b\": {\"params\": [{\"name\": \"rows\", \"type\": \"int\", \"size\": 4}]}\n"
+      "  }";
+  char *out;
+  size_t size;
+  FILE *f = open_memstream(&out, &size);
+  fputs("{\n", f);
+  if (!kernels_first)
+    fprintf(f, "%s,\n", head);
+  fputs("  \"kernels\": [\n", f);
+  for (int i = 0; i < n; i++)
+    fprintf(
+        f,
+        "    {\"id\": \"m/%s/w%d/sm_90a\", \"kind\": \"%s\", \"width\": %d,\n"
+        "     \"key\": \"0123456789abcdef0123456789abcdef\",\n"
+        "     \"object\": \"objects/\\u0061]/%d.cubin\", \"meta\": \"objects/a]/%d.json\",\n"
+        "     \"checksum\": \"00112233445566778899aabbccddeeff\", \"size\": %d,\n"
+        "     \"symbol\": \"kf_%d\",\n"
+        "     \"note\": \"a \\\"quoted\\\" ] } [ { , : \\\\ \\u00e9 \\ud83d\\ude00\",\n"
+        "     \"extra\": [[1, [2.5e-3, {\"x\": \"]\"}]], [], {}, true, false, null, -0],\n"
+        "     \"launch\": {\"grid\": [%d, 1, 1], \"block\": [64, 1, 1], \"shared_bytes\": 0}}%s\n",
+        i < n / 2 ? "a" : "b", i + 1, i < n / 2 ? "a" : "b", i + 1, i, i, 100 + i, i, i + 1,
+        i + 1 < n ? "," : "");
+  fputs("  ]", f);
+  if (kernels_first)
+    fprintf(f, ",\n%s", head);
+  fputs("\n}\n", f);
+  fclose(f);
+  return out;
+}
+
+/* text without whitespace outside strings (malloc'd) */
+static char *compact(const char *text) {
+  char *out = malloc(strlen(text) + 1), *o = out;
+  int in_string = 0;
+  for (const char *p = text; *p; p++) {
+    if (in_string && *p == '\\') {
+      *o++ = *p++;
+    } else if (*p == '"') {
+      in_string = !in_string;
+    } else if (!in_string && (*p == ' ' || *p == '\n' || *p == '\t')) {
+      continue;
+    }
+    *o++ = *p;
+  }
+  *o = '\0';
+  return out;
+}
+
+/* Writes text to a fresh file; its path is malloc'd. */
+static char *temp_manifest(const char *text) {
+  char dir[] = "/tmp/kfman-XXXXXX", *path;
+  if (!mkdtemp(dir) || asprintf(&path, "%s/sm_90a.json", dir) < 0)
+    abort();
+  FILE *f = fopen(path, "w");
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static void remove_temp(char *path) {
+  remove(path);
+  *strrchr(path, '/') = '\0';
+  remove(path);
+  free(path);
+}
+
+/* The entries of shaped_manifest(n, ...) arrived intact. */
+static int shaped_intact(const rt_manifest *m, int n) {
+  if (m->nkernels != n || m->nparsed != n || strcmp(m->model, "m") != 0 || m->nsigs != 2)
+    return 0;
+  for (int i = 0; i < n; i++) {
+    const rt_kdesc *k = &m->kernels[i];
+    char id[64], object[64];
+    snprintf(id, sizeof id, "m/%s/w%d/sm_90a", i < n / 2 ? "a" : "b", i + 1);
+    snprintf(object, sizeof object, "objects/a]/%d.cubin", i);
+    if (strcmp(k->id, id) != 0 || strcmp(k->object, object) != 0 || k->size != 100u + (unsigned)i ||
+        k->grid[0] != (unsigned)i + 1 || k->block[0] != 64 || !k->params_shared ||
+        k->nparams != (i < n / 2 ? 2 : 1) || strcmp(k->params[k->nparams - 1].name, "rows") != 0) {
+      fprintf(stderr, "  kernels[%d] differs: %s %s\n", i, k->id, k->object);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+KF_TEST(manifest__pretty_compact_or_reordered_parse_alike_and_stream) {
+  for (int shape = 0; shape < 4; shape++) {
+    char *pretty = shaped_manifest(40, shape & 1);
+    char *text = shape & 2 ? compact(pretty) : strdup(pretty);
+    char *path = temp_manifest(text);
+    rt_manifest m;
+    rt_err err;
+    /* the scanner reads every shape: the header alone is parsed at open */
+    KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK);
+    KF_CHECK(m.nkernels == 40 && m.nparsed == 0);
+    for (int i = 0; i < 40; i++)
+      KF_CHECK(rt_manifest_kernel(&m, i, &err) == KF_OK && m.nparsed == i + 1);
+    KF_CHECK(rt_manifest_finish(&m, &err) == KF_OK && m.text == NULL);
+    KF_CHECK(shaped_intact(&m, 40));
+    rt_manifest_free(&m);
+    /* and in one call */
+    KF_CHECK(rt_manifest_parse("x.json", text, strlen(text), &m, &err) == KF_OK);
+    KF_CHECK(shaped_intact(&m, 40));
+    rt_manifest_free(&m);
+    remove_temp(path);
+    free(text);
+    free(pretty);
+  }
+}
+
+KF_TEST(manifest__text_the_scanner_leaves_to_cjson_still_parses_whole) {
+  char *base = shaped_manifest(6, 0), *variants[3];
+  const char *at = strstr(base, "\"kernels\"");
+  /* text after the object, a byte-order mark, an escaped member name */
+  KF_CHECK(asprintf(&variants[0], "%s\n  trailing text cJSON ignores", base) > 0);
+  KF_CHECK(asprintf(&variants[1], "\xEF\xBB\xBF%s", base) > 0);
+  KF_CHECK(asprintf(&variants[2], "%.*s\"kern\\u0065ls\"%s", (int)(at - base), base, at + 9) > 0);
+  for (int v = 0; v < 3; v++) {
+    char *path = temp_manifest(variants[v]);
+    rt_manifest m;
+    rt_err err;
+    KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK);
+    KF_CHECK(m.nparsed == 6); /* parsed whole at open */
+    KF_CHECK(rt_manifest_finish(&m, &err) == KF_OK && shaped_intact(&m, 6));
+    rt_manifest_free(&m);
+    remove_temp(path);
+    free(variants[v]);
+  }
+  free(base);
+}
+
+/* 1-based line:column of the byte at, as reasons give it. */
+static void where(const char *text, const char *at, char *out, size_t size) {
+  int line = 1, col = 1;
+  for (const char *p = text; p < at; p++)
+    if (*p == '\n')
+      line++, col = 1;
+    else
+      col++;
+  snprintf(out, size, ":%d:%d: error: malformed JSON in manifest", line, col);
+}
+
+KF_TEST(manifest__entry_cjson_refuses_names_its_line_in_the_whole_file) {
+  /* The scanner refuses what cJSON refuses, so this is reached only when
+   * the two disagree (or cJSON runs out of memory): corrupt the text
+   * behind the scanner's back to get there. */
+  char *text = shaped_manifest(10, 0), *path = temp_manifest(text), want[96];
+  rt_manifest m;
+  rt_err err;
+  char *at;
+  KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK && m.nparsed == 0);
+  at = strstr(strstr(m.text, "\"m/a/w4/sm_90a\""), "\"width\":") + 7;
+  *at = ';';
+  where(m.text, at, want, sizeof want);
+  for (int i = 0; i < 3; i++)
+    KF_CHECK(rt_manifest_kernel(&m, i, &err) == KF_OK);
+  KF_CHECK(rt_manifest_kernel(&m, 3, &err) == KF_ERR_BAD_MANIFEST);
+  KF_CHECK_CONTAINS(err.text, path);
+  KF_CHECK_CONTAINS(err.text, want);
+  KF_CHECK(m.nparsed == 3 && m.kernels[3].id == NULL);
+  rt_manifest_free(&m);
+  /* the comma between two entries */
+  KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK);
+  at = strstr(m.text, "\"m/b/w7/sm_90a\"");
+  while (*at != ',')
+    at--;
+  *at = ' ';
+  at = strstr(m.text, "\"m/b/w7/sm_90a\"") - 7; /* the '{' of the next entry */
+  while (*at != '{')
+    at++;
+  where(m.text, at, want, sizeof want);
+  KF_CHECK(rt_manifest_finish(&m, &err) == KF_ERR_BAD_MANIFEST);
+  KF_CHECK_CONTAINS(err.text, want);
+  KF_CHECK(m.nparsed == 5);
+  rt_manifest_free(&m);
+  remove_temp(path);
+  free(text);
+}
+
+KF_TEST(manifest__repeated_id_is_refused_naming_both_entries) {
+  char *text = big_manifest(300, -1, NULL);
+  char *second = strstr(text, "\"big/k/w201/sm_90a\""), *first = strstr(text, "\"big/k/w200/");
+  rt_manifest m;
+  rt_err err;
+  KF_CHECK(second && first);
+  memcpy(second, "\"big/k/w200/sm_90a\"", 19);
+  memcpy(strstr(second, "\"width\": 201"), "\"width\": 200", 12);
+  KF_CHECK(rt_manifest_parse("big.json", text, strlen(text), &m, &err) == KF_ERR_BAD_MANIFEST);
+  KF_CHECK(m.kernels == NULL);
+  KF_CHECK_CONTAINS(err.text, "big.json: kernels[200].id: error: 'big/k/w200/sm_90a' repeats "
+                              "kernels[199]");
+  free(text);
+}
+
+/* As with a whole cJSON parse, the first of a repeated member counts. */
+KF_TEST(manifest__a_repeated_member_counts_once_its_first) {
+  rt_manifest m;
+  rt_err err;
+  char *text = edit("\"width\": 4,", "\"width\": 4, \"width\": 8, \"kind\": \"other\",");
+  KF_CHECK(parse(text, &m, &err) == KF_OK);
+  KF_CHECK(m.nkernels == 1 && m.kernels[0].width == 4);
+  KF_CHECK_STR_EQ(m.kernels[0].kind, "input_norm");
+  rt_manifest_free(&m);
+  free(text);
+  text = edit("\"kernels\": [", "\"kernels\": [], \"kernels\": [");
+  KF_CHECK(parse(text, &m, &err) == KF_OK);
+  KF_CHECK(m.nkernels == 0);
+  rt_manifest_free(&m);
+  free(text);
+}
+
 KF_TEST_MAIN()

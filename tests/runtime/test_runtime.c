@@ -770,4 +770,215 @@ KF_TEST(auto__falls_back_to_hip_when_cuda_is_absent) {
   free(cache);
 }
 
+/* ---- the manifest streamed into an eager open -------------------------- */
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  char *text;
+  long n;
+  if (!f)
+    abort();
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  text = calloc(1, (size_t)n + 1);
+  if (fread(text, 1, (size_t)n, f) != (size_t)n)
+    abort();
+  fclose(f);
+  return text;
+}
+
+/* A cache of model "m" whose kind "k" has widths 1..n (entries sorted by
+ * id: w1, w10, w11, ..., w2, ...); *man is its manifest's path. */
+static char *wide_cache(int n, const fx_spec *extra, char **man) {
+  fx_spec *specs = calloc((size_t)n + 1, sizeof *specs);
+  char *cache = fx_tmpdir();
+  for (int i = 0; i < n; i++)
+    specs[i] = (fx_spec){"k", i + 1, "float* x; int rows", 0, NULL};
+  if (extra)
+    specs[n++] = *extra;
+  if (fx_cache_add(cache, "m", "sm_90a", specs, n, 1) != 0)
+    abort();
+  free(specs);
+  *man = fx_manifest_path(cache, "m", "sm_90a");
+  return cache;
+}
+
+/* Where kernels[i] starts in a manifest fx_cache_add wrote. */
+static char *entry(char *text, int i) {
+  char *at = strstr(text, "\"kernels\"");
+  for (int j = 0; j <= i && at; j++)
+    at = strstr(at + 1, "\n    {");
+  return at;
+}
+
+KF_TEST(open__bad_entry_midway_is_refused_and_what_loaded_is_unloaded) {
+  char *man, *cache = wide_cache(10, NULL, &man), *text = slurp(man), *bad;
+  kf_runtime *rt = (kf_runtime *)1;
+  long retained;
+  fresh();
+  retained = fq_stat(FAKE_CUDA_PATH, "retained");
+  /* kernels[5]'s checksum is no longer hex */
+  bad = strdup(text);
+  *(strstr(entry(bad, 5), "\"checksum\": \"") + 13) = 'g';
+  KF_CHECK(fx_write_file(man, bad, strlen(bad)) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), man);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernels[5].checksum: error: must be 32 hex digits");
+  /* kernels[0..4] were loaded while kernels[5] was read, then unloaded */
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 5);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "unloads") == 5);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained);
+  KF_CHECK(open_cuda(cache, 1, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernels[5].checksum: error: must be 32 hex digits");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 5);
+  free(bad);
+
+  /* a syntax error inside kernels[5]: refused before any load, by line */
+  bad = strdup(text);
+  char *colon = strstr(entry(bad, 5), "\"width\":") + 7, want[96];
+  int line = 1, col = 1;
+  *colon = ' '; /* cJSON stops at the value where ':' should be */
+  for (const char *p = bad; p < colon + 2; p++)
+    if (*p == '\n')
+      line++, col = 1;
+    else
+      col++;
+  snprintf(want, sizeof want, "sm_90a.json:%d:%d: error: malformed JSON in manifest", line, col);
+  KF_CHECK(fx_write_file(man, bad, strlen(bad)) == 0);
+  fq_reset(FAKE_CUDA_PATH);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), want);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 0);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  free(bad);
+
+  /* and the same manifest, repaired, opens */
+  KF_CHECK(fx_write_file(man, text, strlen(text)) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK && kf_runtime_kernel_count(rt) == 10);
+  kf_runtime_close(rt);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+  free(text);
+  free(man);
+}
+
+KF_TEST(open__repeated_kernel_id_after_many_good_ones_is_refused) {
+  fx_spec again = {"k", 37, "float* x; int rows", 0, NULL};
+  char *man, *cache = wide_cache(40, &again, &man);
+  kf_runtime *rt = (kf_runtime *)1;
+  fresh();
+  for (int lazy = 0; lazy < 2; lazy++) {
+    KF_CHECK(open_cuda(cache, lazy, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+    KF_CHECK_CONTAINS(kf_last_error(), "id: error: 'm/k/w37/sm_90a' repeats kernels[");
+    KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  }
+  /* the eager open had loaded every kernel before the ids were compared */
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 41);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "unloads") == 41);
+  fx_remove_tree(cache);
+  free(cache);
+  free(man);
+}
+
+/* A load failure ahead of a bad entry: the manifest's reason wins, as when
+ * the whole manifest was parsed before any load. */
+KF_TEST(open__a_bad_entry_is_the_reason_even_after_a_damaged_object) {
+  char *man, *cache = wide_cache(10, NULL, &man), *text = slurp(man);
+  char *obj = fx_object_path(cache, "m", "sm_90a", "k", 10); /* kernels[1] */
+  kf_runtime *rt = NULL;
+  fresh();
+  *(strstr(entry(text, 8), "\"symbol\": \"") + 11) = '9';
+  KF_CHECK(fx_write_file(man, text, strlen(text)) == 0);
+  KF_CHECK(fx_flip_byte(obj, 10) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernels[8].symbol: error:");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 1);
+  fx_remove_tree(cache);
+  free(cache);
+  free(text);
+  free(obj);
+  free(man);
+}
+
+KF_TEST(open__header_mismatch_is_refused_before_any_load) {
+  const char *arches[] = {"sm_90"};
+  char *cache = std_cache(arches, 1), *from = fx_manifest_path(cache, "m", "sm_90"), *to, *text;
+  char *other = fx_manifest_path(cache, "other", "sm_90a");
+  kf_runtime_options o;
+  kf_runtime *rt = NULL;
+  fresh();
+  /* a manifest of arch sm_90 in the file for sm_90a */
+  text = slurp(from);
+  to = fx_manifest_path(cache, "m", "sm_90a");
+  KF_CHECK(rename(from, to) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "arch: error: 'sm_90' in the manifest file of another arch");
+  /* model m's manifest in model other's directory */
+  *strrchr(other, '/') = '\0';
+  KF_CHECK(mkdir(other, 0755) == 0);
+  *strchr(other + strlen(other), '\0') = '/';
+  KF_CHECK(fx_write_file(other, text, strlen(text)) == 0);
+  kf_runtime_options_init(&o);
+  o.cache_dir = cache;
+  o.model = "other";
+  o.driver_path = FAKE_CUDA_PATH;
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "model: error: 'm' in a manifest of model 'other'");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+  free(from);
+  free(to);
+  free(other);
+  free(text);
+}
+
+KF_TEST(open__members_in_another_order_and_compact_json_load_alike) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1), *man = fx_manifest_path(cache, "m", "sm_90a");
+  char *text = slurp(man), *moved, *flat, *o;
+  char *kernels = strstr(text, "  \"kernels\"");
+  char *close = strrchr(text, '}');
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  float eps = 1;
+  int rows = 3, in_string = 0;
+  kf_arg args[] = {{&x, 8}, {&x, 8}, {&eps, 4}, {&rows, 4}};
+  fresh();
+  /* "kernels" first, then the header; then no whitespace outside strings */
+  KF_CHECK(kernels && close);
+  KF_CHECK(asprintf(&moved, "{%.*s,\n%.*s}", (int)(close - kernels - 1), kernels,
+                    (int)(kernels - text - 3), text + 1) > 0);
+  flat = o = strdup(moved);
+  for (const char *p = moved; *p; p++) {
+    if (*p == '"' && p[-1] != '\\')
+      in_string = !in_string;
+    if (in_string || (*p != ' ' && *p != '\n'))
+      *o++ = *p;
+  }
+  *o = '\0';
+  KF_CHECK(strncmp(flat, "{\"kernels\":[{\"id\":", 18) == 0);
+  KF_CHECK_CONTAINS(flat, "\"shared_bytes\":0}}],\"format\":1,\"model\":\"m\"");
+  KF_CHECK(fx_write_file(man, flat, strlen(flat)) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_runtime_kernel_count(rt) == NSTD);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == NSTD);
+  KF_CHECK(kf_kernel_find(rt, "norm", 3, &k) == KF_OK && kf_kernel_width(k) == 4);
+  KF_CHECK(kf_kernel_param_count(k) == 4);
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_OK);
+  kf_runtime_close(rt);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+  free(man);
+  free(text);
+  free(moved);
+  free(flat);
+}
+
 KF_TEST_MAIN()
