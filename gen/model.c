@@ -311,7 +311,8 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
     }
   }
   const cJSON *launch = cJSON_GetObjectItemCaseSensitive(root, "launch");
-  static const char *const launch_members[] = {"grid", "block", "shared_bytes", NULL};
+  static const char *const launch_members[] = {"grid", "block", "shared_bytes", "programmatic",
+                                               NULL};
   if (!cJSON_IsObject(launch)) {
     kf_report(found, "launch", "must be an object with grid, block and shared_bytes");
     errors++;
@@ -339,6 +340,12 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
     }
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(launch, "shared_bytes");
     t->shared_bytes = sh ? launch_expr(found, "launch.shared_bytes", sh, &errors) : kf_xstrdup("0");
+    const cJSON *pg = cJSON_GetObjectItemCaseSensitive(launch, "programmatic");
+    if (pg && !cJSON_IsBool(pg)) {
+      kf_report(found, "launch.programmatic", "must be true or false");
+      errors++;
+    }
+    t->programmatic = cJSON_IsTrue(pg);
   }
 done:
   cJSON_Delete(root);

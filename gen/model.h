@@ -35,6 +35,7 @@ typedef struct kf_template {
   kf_arg_spec *args;
   size_t nargs;
   char *grid[3], *block[3], *shared_bytes; /* expressions over params and W */
+  int programmatic; /* launch.programmatic: written for programmatic dependent launch */
 } kf_template;
 
 typedef struct {

@@ -69,6 +69,11 @@ static void emit(kf_instance *in) {
   in->source = kf_buf_take(&b);
 }
 
+/* Programmatic dependent launch (griddepcontrol) exists from sm_90 on. */
+static int arch_has_grid_dep(const char *arch) {
+  return strncmp(arch, "sm_", 3) == 0 && isdigit((unsigned char)arch[3]) && atoi(arch + 3) >= 90;
+}
+
 static int cmp_instance(const void *a, const void *b) {
   return strcmp(((const kf_instance *)a)->id, ((const kf_instance *)b)->id);
 }
@@ -98,6 +103,7 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
         }
         kf_template_eval(in->kernel, in->width, t->shared_bytes, &in->shared_bytes, err,
                          sizeof err);
+        in->programmatic = t->programmatic && arch_has_grid_dep(in->arch);
         emit(in);
       }
   qsort(plan->v + first, plan->n - first, sizeof *plan->v, cmp_instance);

@@ -16,6 +16,7 @@ typedef struct {
   char *source;     /* generated text */
   size_t source_len;
   int64_t grid[3], block[3], shared_bytes;
+  int programmatic; /* the template's launch.programmatic, on arches that have it (sm_90+) */
 } kf_instance;
 
 typedef struct {

@@ -471,6 +471,8 @@ static cJSON *manifest_entry(const kf_unit *u) {
     cJSON_AddItemToArray(b, cJSON_CreateNumber((double)u->in->block[d]));
   }
   cJSON_AddNumberToObject(launch, "shared_bytes", (double)u->in->shared_bytes);
+  if (u->in->programmatic)
+    cJSON_AddTrueToObject(launch, "programmatic");
   return e;
 }
 

@@ -3,6 +3,7 @@
  * "FILE: json.path: error: …" (docs/contracts.md, docs/cli.md). Fixtures are
  * written by each test (model_fixture.h). */
 #include "model_fixture.h"
+#include "plan.h"
 
 #include <math.h>
 
@@ -636,3 +637,59 @@ KF_TEST(model__template_eval_uses_params_and_width) {
 }
 
 KF_TEST_MAIN()
+
+/* ---- launch.programmatic ---- */
+
+static kf_model *load_programmatic(const char *value, const char *arches, char **err) {
+  char *schema = kf_xasprintf(
+      "{\"template\": \"t_pdl\", \"header\": \"t_one.cuh\", \"entry\": \"t::f\",\n"
+      " \"params\": {\"N\": {\"type\": \"int\"}},\n"
+      " \"args\": [{\"name\": \"rows\", \"type\": \"int\"}],\n"
+      " \"launch\": {\"grid\": [1, 1, 1], \"block\": [32, 1, 1], \"shared_bytes\": 0,"
+      " \"programmatic\": %s}}\n",
+      value);
+  fx_write_free(".", "templates/t_pdl.json", schema);
+  free(schema);
+  char *desc = kf_xasprintf("{\"name\": \"m\", \"shape\": {}, \"widths\": [1], \"arches\": %s, "
+                            "\"kernels\": [{\"kind\": \"k\", \"template\": \"t_pdl\", \"params\": "
+                            "{\"N\": 64}}]}\n",
+                            arches);
+  kf_model *m = fx_load_desc("models/m.json", desc, NULL, err);
+  free(desc);
+  return m;
+}
+
+KF_TEST(model__launch_programmatic_must_be_a_boolean) {
+  fx_model_tree();
+  char *err = NULL;
+  kf_model *m = load_programmatic("\"yes\"", "[\"sm_90a\"]", &err);
+  KF_CHECK(m == NULL);
+  KF_CHECK_CONTAINS(err, "t_pdl.json: launch.programmatic: error: must be true or false\n");
+  free(err);
+}
+
+KF_TEST(model__launch_programmatic_reaches_sm90_and_later_instances_only) {
+  fx_model_tree();
+  char *err = NULL;
+  kf_model *m = load_programmatic("true", "[\"sm_80\", \"sm_90a\", \"sm_100a\", \"gfx942\"]", &err);
+  KF_CHECK(m);
+  free(err);
+  kf_plan plan = {0};
+  kf_plan_add_model(&plan, m);
+  const char *ids[] = {"m/k/w1/sm_80", "m/k/w1/sm_90a", "m/k/w1/sm_100a", "m/k/w1/gfx942"};
+  const int want[] = {0, 1, 1, 0};
+  for (int i = 0; i < 4; i++) {
+    const kf_instance *in = kf_plan_find(&plan, ids[i]);
+    KF_CHECK(in && in->programmatic == want[i]);
+  }
+  kf_plan_free(&plan);
+  kf_model_free(m);
+  m = load_programmatic("false", "[\"sm_90a\"]", &err);
+  KF_CHECK(m);
+  free(err);
+  kf_plan plan2 = {0};
+  kf_plan_add_model(&plan2, m);
+  KF_CHECK(plan2.n == 1 && plan2.v[0].programmatic == 0);
+  kf_plan_free(&plan2);
+  kf_model_free(m);
+}
