@@ -18,6 +18,24 @@ typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
 
+/* cuLaunchKernelEx's configuration (cuda.h, CUDA 11.8 and later): an
+ * attribute is its id padded to 8 bytes, then a 64-byte value. */
+typedef struct {
+  int id;
+  char pad[4];
+  union {
+    int programmatic_stream_serialization;
+    char bytes[64];
+  } value;
+} CUlaunchAttribute;
+
+typedef struct {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute *attrs;
+  unsigned numAttrs;
+} CUlaunchConfig;
+
 enum {
   CUDA_ERROR_NO_DEVICE = 100,
   CUDA_ERROR_NOT_FOUND = 500,
@@ -25,6 +43,7 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
   RT_CUDA_DEFAULT_SHARED = 48 * 1024 /* usable without opting in */
 };
 
@@ -44,18 +63,26 @@ typedef struct cuda_fns {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **); /* optional */
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
 } cuda_fns;
 
+/* (Here, before call sites read cuLaunchKernelEx as the table's entry.) */
+static int has_launch_ex(const cuda_fns *f) { return f->cuLaunchKernelEx != NULL; }
+
 /* Entry points by exported name; the _v2 names are what cuda.h maps the
- * plain names to since CUDA 4/11, the plain ones the fallback. */
+ * plain names to since CUDA 4/11, the plain ones the fallback. Optional ones
+ * may be missing (older drivers): their pointer stays NULL. */
 static const struct {
   const char *name, *alt;
   size_t offset;
+  int optional;
 } cuda_syms[] = {
 #define SYM(field, name, alt)                                                                      \
-  { name, alt, offsetof(cuda_fns, field) }
+  { name, alt, offsetof(cuda_fns, field), 0 }
+#define OPTIONAL_SYM(field, name)                                                                  \
+  { name, NULL, offsetof(cuda_fns, field), 1 }
     SYM(cuInit, "cuInit", NULL),
     SYM(cuDeviceGetCount, "cuDeviceGetCount", NULL),
     SYM(cuDeviceGet, "cuDeviceGet", NULL),
@@ -70,9 +97,11 @@ static const struct {
     SYM(cuModuleUnload, "cuModuleUnload", NULL),
     SYM(cuFuncSetAttribute, "cuFuncSetAttribute", NULL),
     SYM(cuLaunchKernel, "cuLaunchKernel", NULL),
+    OPTIONAL_SYM(cuLaunchKernelEx, "cuLaunchKernelEx"),
     SYM(cuGetErrorName, "cuGetErrorName", NULL),
     SYM(cuGetErrorString, "cuGetErrorString", NULL),
 #undef SYM
+#undef OPTIONAL_SYM
 };
 
 /* Call sites read as driver calls: RT_CHECK(d, err, cuInit(0)) records
@@ -91,6 +120,7 @@ static const struct {
 #define cuModuleUnload (f->cuModuleUnload)
 #define cuFuncSetAttribute (f->cuFuncSetAttribute)
 #define cuLaunchKernel (f->cuLaunchKernel)
+#define cuLaunchKernelEx (f->cuLaunchKernelEx)
 
 static void cuda_error_text(const rt_driver *d, int code, char *buf, size_t size) {
   const cuda_fns *f = d->fns;
@@ -161,17 +191,31 @@ out:
   return st;
 }
 
+/* A programmatic kernel (docs/contracts.md) goes through cuLaunchKernelEx
+ * with programmatic stream serialisation, where the driver has it; any other
+ * launch, or a driver without it, is an ordinary cuLaunchKernel, which such a
+ * kernel also runs correctly under. */
 static kf_status cuda_launch(rt_driver *d, void *function, const unsigned grid[3],
-                             const unsigned block[3], unsigned shared, void *stream, void **params,
-                             rt_err *err) {
+                             const unsigned block[3], unsigned shared, int programmatic,
+                             void *stream, void **params, rt_err *err) {
   const cuda_fns *f = d->fns;
   int pushed;
   kf_status st;
   if ((st = ctx_enter(d, &pushed, err)) != KF_OK)
     return st;
-  st = RT_CHECK(d, err,
-                cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                               shared, stream, params, NULL));
+  if (programmatic && has_launch_ex(f)) {
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmatic_stream_serialization = 1;
+    const CUlaunchConfig cfg = {grid[0],  grid[1], grid[2], block[0], block[1],
+                                block[2], shared,  stream,  &attr,    1};
+    st = RT_CHECK(d, err, cuLaunchKernelEx(&cfg, function, params, NULL));
+  } else {
+    st = RT_CHECK(d, err,
+                  cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                 shared, stream, params, NULL));
+  }
   ctx_leave(d, pushed);
   return st;
 }
@@ -232,7 +276,7 @@ kf_status rt_cuda_open(rt_driver *d, const char *path, int device, rt_err *err) 
     void *sym = dlsym(d->lib, cuda_syms[i].name);
     if (!sym && cuda_syms[i].alt)
       sym = dlsym(d->lib, cuda_syms[i].alt);
-    if (!sym) {
+    if (!sym && !cuda_syms[i].optional) {
       free(f);
       d->fns = NULL;
       return rt_err_set(err, KF_ERR_NO_DRIVER, "%s is not a usable CUDA driver: it lacks %s", path,

@@ -166,12 +166,15 @@ out:
   return st;
 }
 
+/* HIP has no programmatic dependent launch: every launch is ordinary, which
+ * programmatic kernels run correctly under. */
 static kf_status hip_launch(rt_driver *d, void *function, const unsigned grid[3],
-                            const unsigned block[3], unsigned shared, void *stream, void **params,
-                            rt_err *err) {
+                            const unsigned block[3], unsigned shared, int programmatic,
+                            void *stream, void **params, rt_err *err) {
   const hip_fns *f = d->fns;
   int prev;
   kf_status st;
+  (void)programmatic;
   if ((st = dev_enter(d, &prev, err)) != KF_OK)
     return st;
   st = RT_CHECK(d, err,

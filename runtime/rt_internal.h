@@ -79,8 +79,10 @@ struct rt_driver {
    * is missing, KF_ERR_DRIVER otherwise; nothing stays loaded on failure. */
   kf_status (*load)(rt_driver *d, const void *image, const char *symbol, unsigned shared,
                     void **module, void **function, rt_err *err);
+  /* Launches; programmatic: with programmatic stream serialisation where
+   * the driver has it (an ordinary launch elsewhere). */
   kf_status (*launch)(rt_driver *d, void *function, const unsigned grid[3], const unsigned block[3],
-                      unsigned shared, void *stream, void **params, rt_err *err);
+                      unsigned shared, int programmatic, void *stream, void **params, rt_err *err);
   void (*unload)(rt_driver *d, void *module);
   void (*close)(rt_driver *d);
 };
@@ -134,6 +136,7 @@ typedef struct rt_kdesc {
   rt_param *params;  /* the kernel's own, or its kind's signature's */
   int params_shared; /* params belong to a signature: not freed here */
   unsigned grid[3], block[3], shared;
+  int programmatic; /* launch.programmatic: launch with programmatic stream serialisation */
 } rt_kdesc;
 
 /* A parameter list shared by every kernel of a kind ("signatures"). */

@@ -206,8 +206,8 @@ kf_status kf_kernel_launch(kf_kernel *k, void *stream, const kf_arg *args, size_
     }
   }
   if (rt_kernel_load(k, &err) != KF_OK ||
-      k->rt->drv.launch(&k->rt->drv, k->function, d->grid, d->block, d->shared, stream, params,
-                        &err) != KF_OK) {
+      k->rt->drv.launch(&k->rt->drv, k->function, d->grid, d->block, d->shared, d->programmatic,
+                        stream, params, &err) != KF_OK) {
     if (err.status == KF_ERR_DRIVER)
       rt_err_prefix(&err, "kernel %s: ", d->id);
     return rt_slot_record(&k->err, &err);

@@ -349,6 +349,10 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const r
   if (get_int(c, cJSON_GetObjectItemCaseSensitive(launch, "shared_bytes"), "shared_bytes", 0,
               2147483647.0, &shared, &st) != 0)
     return st;
+  const cJSON *pg = cJSON_GetObjectItemCaseSensitive(launch, "programmatic");
+  if (pg && !cJSON_IsBool(pg))
+    return bad(c, "programmatic", "must be true or false");
+  k->programmatic = cJSON_IsTrue(pg);
   c->sub = NULL;
 
   k->width = (int)width;

@@ -176,6 +176,41 @@ FAKE_EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned
   return CUDA_SUCCESS;
 }
 
+/* cuda.h's CUlaunchAttribute and CUlaunchConfig (CUDA 11.8 and later). */
+typedef struct {
+  int id;
+  char pad[4];
+  union {
+    int value;
+    char bytes[64];
+  } v;
+} fake_launch_attr;
+
+typedef struct {
+  unsigned g[3], b[3], shared;
+  void *stream;
+  fake_launch_attr *attrs;
+  unsigned nattrs;
+} fake_launch_config;
+
+/* Accepts only the programmatic stream serialisation attribute (id 6). */
+FAKE_EXPORT CUresult cuLaunchKernelEx(const fake_launch_config *cfg, void *fn, void **params,
+                                      void **extra) {
+  int programmatic = 0;
+  if (!cfg || (cfg->nattrs && !cfg->attrs))
+    return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < cfg->nattrs; i++) {
+    if (cfg->attrs[i].id != 6)
+      return CUDA_ERROR_INVALID_VALUE;
+    programmatic |= cfg->attrs[i].v.value != 0;
+  }
+  CUresult rc = cuLaunchKernel(fn, cfg->g[0], cfg->g[1], cfg->g[2], cfg->b[0], cfg->b[1], cfg->b[2],
+                               cfg->shared, cfg->stream, params, extra);
+  if (rc == CUDA_SUCCESS && programmatic)
+    atomic_fetch_add(&fake.programmatic_launches, 1);
+  return rc;
+}
+
 FAKE_EXPORT CUresult cuGetErrorName(CUresult rc, const char **s) {
   switch (rc) {
   case CUDA_ERROR_INVALID_VALUE:

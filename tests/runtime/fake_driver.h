@@ -39,6 +39,7 @@ struct fake_function {
 /* What tests read back (fake_stat, fake_last_launch, fake_stream_stat). */
 typedef struct fake_state {
   atomic_long loads, unloads, live_modules, launches, launch_failures;
+  atomic_long programmatic_launches; /* cuLaunchKernelEx with programmatic serialisation */
   atomic_long retained;
   pthread_mutex_t mu; /* guards last_* and per-stream sums */
   char last_name[128];
@@ -147,6 +148,8 @@ FAKE_EXPORT long fake_stat(const char *what) {
     return atomic_load(&fake.launches);
   if (strcmp(what, "launch_failures") == 0)
     return atomic_load(&fake.launch_failures);
+  if (strcmp(what, "programmatic_launches") == 0)
+    return atomic_load(&fake.programmatic_launches);
   if (strcmp(what, "retained") == 0)
     return atomic_load(&fake.retained);
   return -1;
@@ -181,6 +184,7 @@ FAKE_EXPORT void fake_reset(void) {
   atomic_store(&fake.unloads, 0);
   atomic_store(&fake.launches, 0);
   atomic_store(&fake.launch_failures, 0);
+  atomic_store(&fake.programmatic_launches, 0);
   pthread_mutex_lock(&fake.mu);
   memset(fake.stream_launches, 0, sizeof fake.stream_launches);
   memset(fake.stream_rows, 0, sizeof fake.stream_rows);

@@ -981,4 +981,74 @@ KF_TEST(open__members_in_another_order_and_compact_json_load_alike) {
   free(flat);
 }
 
+/* ---- programmatic launches ---------------------------------------------- */
+
+/* The std-style cache with the entry of `id` given launch.programmatic =
+ * value (a JSON literal); *man is the manifest's path. */
+static char *programmatic_cache(const char *id, const char *value, char **man) {
+  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL}, {"attn", 1, "float* o; int rows", 0, NULL}};
+  char *cache = fx_tmpdir(), *text, *at, *edited;
+  if (fx_cache_add(cache, "m", "sm_90a", specs, 2, 1) != 0)
+    abort();
+  *man = fx_manifest_path(cache, "m", "sm_90a");
+  text = slurp(*man);
+  at = strstr(text, id);
+  at = at ? strstr(at, "\"shared_bytes\": 0") : NULL;
+  if (!at)
+    abort();
+  at += strlen("\"shared_bytes\": 0");
+  if (asprintf(&edited, "%.*s, \"programmatic\": %s%s", (int)(at - text), text, value, at) < 0)
+    abort();
+  if (fx_write_file(*man, edited, strlen(edited)) != 0)
+    abort();
+  free(text);
+  free(edited);
+  return cache;
+}
+
+KF_TEST(launch__programmatic_kernels_go_through_cuLaunchKernelEx_the_rest_do_not) {
+  char *man, *cache = programmatic_cache("\"m/norm/w4/sm_90a\"", "true", &man), sym[256];
+  kf_runtime *rt = NULL;
+  kf_kernel *norm = NULL, *attn = NULL;
+  uintptr_t x = 0x1000, y = 0x2000;
+  float eps = 0.25f;
+  int rows = 2, one = 1;
+  kf_arg nargs[] = {{&x, 8}, {&y, 8}, {&eps, 4}, {&rows, 4}};
+  kf_arg aargs[] = {{&x, 8}, {&one, 4}};
+  fq_launch l;
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 2, &norm) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "attn", 1, &attn) == KF_OK);
+  KF_CHECK(kf_kernel_launch(norm, (void *)3, nargs, 4) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 1);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "programmatic_launches") == 1);
+  /* the configuration and arguments arrive as with cuLaunchKernel */
+  fq_last(FAKE_CUDA_PATH, &l);
+  fx_symbol("m/norm/w4/sm_90a", sym, sizeof sym);
+  KF_CHECK_STR_EQ(l.name, sym);
+  KF_CHECK(l.grid[0] == 4 && l.block[0] == 256 && l.shared == 0 && l.stream == (void *)3);
+  KF_CHECK(l.nparams == 4 && l.params[0] == 0x1000 && l.params[1] == 0x2000 && l.params[3] == 2);
+  KF_CHECK(kf_kernel_launch(attn, NULL, aargs, 2) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 2);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "programmatic_launches") == 1);
+  kf_runtime_close(rt);
+  fx_remove_tree(cache);
+  free(cache);
+  free(man);
+}
+
+KF_TEST(open__launch_programmatic_must_be_a_boolean) {
+  char *man, *cache = programmatic_cache("\"m/attn/w1/sm_90a\"", "1", &man);
+  kf_runtime *rt = NULL;
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(),
+                    "kernels[0].launch.programmatic: error: must be true or false");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+  free(man);
+}
+
 KF_TEST_MAIN()
