@@ -69,6 +69,8 @@ template <class P>
 KF_DEVICE void add_rmsnorm_entry(const kf_bf16 *x, kf_bf16 *residual, const kf_bf16 *weight,
                                  kf_bf16 *out, int rows) {
   __shared__ float scratch[kAddRmsnormThreads / kWarpSize];
+  grid_dep_launch();
+  grid_dep_wait(); // x and residual come from the previous kernels
   const int row = (int)blockIdx.x;
   if (row >= rows) return;
   const long long off = (long long)row * P::HIDDEN;

@@ -340,6 +340,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   __shared__ float range_l[G];
   __shared__ int is_last;
 
+  grid_dep_wait(); // q and this step's K/V rows come from the previous kernel
   const int split = (int)blockIdx.x, kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
   if (row >= rows) return;
   const int len = seq_lens[row];
@@ -362,6 +363,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
                                           tile0 + warp, tile1, NW, scale_log2, part, warp, lane);
 #endif // KF_USE_MMA
+  grid_dep_launch(); // K and V are read: the next kernel may start its blocks
   __syncthreads();
 
   kf_bf16 *out_head0 = out + ((long long)row * HQ + (long long)kv_head * G) * D;

@@ -204,6 +204,30 @@ KF_DEVICE void warp_sync() {
 #endif // KF_ARCH_IS_NVIDIA
 }
 
+// Programmatic dependent launch (sm_90 and later; schemas with
+// "launch": {"programmatic": true}, which the runtime launches with the
+// driver's programmatic stream serialisation). grid_dep_launch lets the next
+// kernel of the stream start its blocks while this one still runs;
+// grid_dep_wait blocks until the previous kernel has completed and its
+// writes are visible. A kernel reads nothing a previous kernel may write,
+// and writes nothing, before grid_dep_wait: only constant inputs (weights)
+// may be fetched ahead of it. Every block calls grid_dep_wait before it can
+// exit, so a kernel never completes before its predecessor. Both are no-ops
+// in a normal launch and on other targets.
+#define KF_HAS_GRID_DEP (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900)
+
+KF_DEVICE void grid_dep_wait() {
+#if KF_HAS_GRID_DEP
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif // KF_HAS_GRID_DEP
+}
+
+KF_DEVICE void grid_dep_launch() {
+#if KF_HAS_GRID_DEP
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif // KF_HAS_GRID_DEP
+}
+
 KF_DEVICE void store_vec(void *p, vec8 v) { *reinterpret_cast<vec8 *>(p) = v; }
 
 KF_DEVICE vec8 zero_vec() {

@@ -83,6 +83,8 @@ template <class P>
 KF_DEVICE void rope_kv_write_entry(const kf_bf16 *qkv, const int *positions, const int *slots,
                                    kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache, int rows) {
   static_assert(rope_kv_write_threads<P>() <= 1024, "too many heads for one block");
+  grid_dep_launch();
+  grid_dep_wait(); // qkv comes from the previous kernel
   const int row = (int)blockIdx.x;
   if (row >= rows) return;
   constexpr int kStride = (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM;
@@ -100,6 +102,8 @@ KF_DEVICE void qknorm_rope_kv_write_entry(const kf_bf16 *qkv, const int *positio
                                           const kf_bf16 *k_norm_w, kf_bf16 *q_out,
                                           kf_bf16 *k_cache, kf_bf16 *v_cache, int rows) {
   static_assert(rope_kv_write_threads<P>() <= 1024, "too many heads for one block");
+  grid_dep_launch();
+  grid_dep_wait(); // qkv comes from the previous kernel
   const int row = (int)blockIdx.x;
   if (row >= rows) return;
   constexpr int kStride = (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM;

@@ -115,6 +115,7 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
 #pragma unroll
   for (int j = 0; j < P; ++j)
     issue(j);
+  grid_dep_wait(); // the weights are constant: only x waits for the previous kernel
   vec8 xnext;
   if constexpr (XAHEAD)
     xnext = load_x8<W>(x, K, kstep(0) * 32, lane, rows);
@@ -187,6 +188,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
 #pragma unroll
   for (int s = 0; s < P; ++s)
     issue(s);
+  grid_dep_wait(); // the weights are constant: only x waits for the previous kernel
   for (int j = 0; j < n; ++j) {
     const int k = kunit(j) * 64;
     const vec8 x0 = load_x8<W>(x, K, k, lane, rows);
@@ -223,6 +225,9 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   static_assert(W >= 1 && W <= 8, "skinny_gemm serves widths 1..8");
   static_assert(K % 8 == 0, "K must be a multiple of 8");
   __shared__ float res[NT][kGemmTileRows][8];
+#if !(KF_USE_MMA && KF_GEMM_ASYNC)
+  grid_dep_wait(); // the register-load and portable paths fetch nothing ahead
+#endif
   const int tid = (int)threadIdx.x;
   const int lane = lane_id(), warp = warp_id();
 #if KF_USE_MMA
@@ -287,6 +292,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #endif // KF_GEMM_ASYNC
     red = red_short;
   }
+  grid_dep_launch(); // the weights are read: the next kernel may start its blocks
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
 #pragma unroll

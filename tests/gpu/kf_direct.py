@@ -270,7 +270,8 @@ def build(models, arches, outdir, jobs=None, extra=(), overrides=None):
             "object": os.path.basename(cubin),
             "params": [{"name": a["name"], "type": a["type"]} for a in schema["args"]],
             "template_params": params, "launch": {"grid": grid, "block": block,
-                                                  "shared_bytes": shared},
+                                                  "shared_bytes": shared,
+                                                  "programmatic": bool(schema["launch"].get("programmatic"))},
             "resources": res})
     for d, ks in indexes.items():
         with open(os.path.join(d, "index.json"), "w") as f:
@@ -340,8 +341,32 @@ class Kernel:
         s = stream if stream is not None else torch.cuda.current_stream()
         handle = ctypes.c_void_p(s.cuda_stream if hasattr(s, "cuda_stream") else int(s))
         g, b, sh = self.launch["grid"], self.launch["block"], self.launch["shared_bytes"]
+        if self.launch.get("programmatic"):
+            # the runtime's programmatic launch: overlap with the previous kernel
+            attr = _LaunchAttr(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            attr.value[0] = 1
+            cfg = _LaunchConfig(g[0], g[1], g[2], b[0], b[1], b[2], sh, handle,
+                                ctypes.pointer(attr), 1)
+            _check(_driver().cuLaunchKernelEx(ctypes.byref(cfg), self._fn, ptrs, None),
+                   f"launch {self.entry['id']}")
+            return
         _check(_driver().cuLaunchKernel(self._fn, g[0], g[1], g[2], b[0], b[1], b[2], sh, handle,
                                         ptrs, None), f"launch {self.entry['id']}")
+
+
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+class _LaunchAttr(ctypes.Structure):  # CUlaunchAttribute: id, pad to 8, a 64-byte value
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttr)), ("numAttrs", ctypes.c_uint)]
 
 
 class Runtime:
@@ -368,6 +393,9 @@ class Runtime:
             fn = ctypes.c_void_p()
             _check(_driver().cuModuleGetFunction(ctypes.byref(fn), mod, e["symbol"].encode()),
                    f"symbol {e['symbol']}")
+            if e["launch"]["shared_bytes"] > 48 * 1024:  # opt in, as the runtime does
+                _check(_driver().cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                    e["launch"]["shared_bytes"]), f"shared memory {e['id']}")
             self._fns[e["id"]] = (mod, fn)
         return self._fns[e["id"]][1]
 
