@@ -57,6 +57,10 @@ namespace kf {
 #ifndef KF_GEMM_LINES
 #define KF_GEMM_LINES 1
 #endif // KF_GEMM_LINES
+// KF_GEMM_ROTATE: 1 starts each block's sweep over K at a different unit (a
+//   function of blockIdx.x alone), so that the blocks of a launch do not all
+//   ask L2 for the same activation lines at the same moment; 0 starts all at
+//   k = 0; unset (the default), gemm_rotate(K) decides (line path only).
 
 constexpr int kGemmThreads = 256; // == launch.block[0] of skinny_gemm.json, gate_up_silu.json
 constexpr int kGemmTileRows = 16; // weight rows per tile
@@ -66,6 +70,22 @@ constexpr int kGemmTileRows = 16; // weight rows per tile
 #define KF_GEMM_LONG_K 8192
 #endif // KF_GEMM_LONG_K
 constexpr int kGemmLongK = KF_GEMM_LONG_K;
+// Whether blocks rotate their start in K (KF_GEMM_ROTATE). Measured on the
+// H200 (docs/perf-notes.md, v5): rotation took Qwen3-8B's down_proj (K =
+// 12288) at R = 8 from 57% to 75% of the read ceiling, but cost Llama's
+// (K = 14336) 4 points and moved the K = 4096 shapes by +-3. The rule keeps
+// it where it was measured to help: the long-K path (x does not fit in L1
+// beside the 64 KB ring) with activation rows a multiple of 8 KB apart,
+// which is when the rows of x map alike in L2 (a guess the data fits, not
+// a measured fact).
+__host__ __device__ constexpr bool gemm_rotate(int K) {
+#ifdef KF_GEMM_ROTATE
+  return KF_GEMM_ROTATE != 0 && K > 0;
+#else
+  return K >= kGemmLongK && (K * 2) % 8192 == 0;
+#endif // KF_GEMM_ROTATE
+}
+
 // Dynamic shared memory of one block, as launch.shared_bytes of
 // skinny_gemm.json and gate_up_silu.json spells it: none below kGemmLongK
 // (static ring), 64 KB from there (the ring, then the warps' partial tiles).
@@ -167,7 +187,12 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
 #pragma unroll
   for (int i = 0; i < NT; ++i)
     src[i] = w + tile_off[i] + (long long)crow * K + 8 * cchunk;
-  auto kunit = [&](int j) { return ((j / C) * NW + warp) * C + (j % C); };
+  const int rot = gemm_rotate(K) ? (int)(blockIdx.x % (n / C)) * C : 0;
+  auto kunit = [&](int j) {
+    j += rot;
+    j -= j >= n ? n : 0;
+    return ((j / C) * NW + warp) * C + (j % C);
+  };
   auto issue = [&](int s) { // slot s of this warp's sequence: unit s / NT, tile s % NT
     if (s < n * NT) {
       const int k = kunit(s / NT) * 64;
