@@ -214,7 +214,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
   for (int s = 0; s < P; ++s)
     issue(s);
   grid_dep_wait(); // the weights are constant: only x waits for the previous kernel
-  for (int j = 0; j < n; ++j) {
+  auto unit = [&](int j) {
     const int k = kunit(j) * 64;
     const vec8 x0 = load_x8<W>(x, K, k, lane, rows);
     const vec8 x1 = load_x8<W>(x, K, k + 32, lane, rows);
@@ -235,6 +235,17 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
       warp_sync(); // every lane has read slot s before it is refilled
       issue(s + P);
     }
+  };
+  if constexpr (K >= kGemmLongK) {
+    // Rolled: unrolled, ptxas spilled 4 bytes at 40 registers (sm_100a
+    // down_proj, W = 8); the short-K loops keep the compiler's unrolling
+    // (rolled cost them 1-8 points on the H200, docs/perf-notes.md v5).
+#pragma unroll 1
+    for (int j = 0; j < n; ++j)
+      unit(j);
+  } else {
+    for (int j = 0; j < n; ++j)
+      unit(j);
   }
   async_wait<0>();
 }
