@@ -135,6 +135,7 @@ typedef struct rt_kdesc {
   int nparams;
   rt_param *params;  /* the kernel's own, or its kind's signature's */
   int params_shared; /* params belong to a signature: not freed here */
+  int sig_pending;   /* params wait for "signatures" (rt_manifest_signatures) */
   unsigned grid[3], block[3], shared;
   int programmatic; /* launch.programmatic: launch with programmatic stream serialisation */
 } rt_kdesc;
@@ -156,23 +157,33 @@ typedef struct rt_manifest {
   int nparsed;       /* kernels[0..nparsed) are parsed; the rest are zero */
   rt_kdesc *kernels; /* in manifest order */
   /* what parsing the remaining entries needs, until rt_manifest_finish */
-  char *path;  /* names the file in reasons */
-  char *text;  /* the whole text */
-  size_t next; /* where entry nparsed starts (whitespace before it) */
-  size_t end;  /* the "kernels" array's closing bracket */
+  char *path;        /* names the file in reasons */
+  char *text;        /* the whole text */
+  size_t next;       /* where entry nparsed starts (whitespace before it) */
+  size_t end;        /* the "kernels" array's closing bracket */
+  size_t sigs_start; /* "signatures" in text, not parsed yet; */
+  size_t sigs_end;   /* both 0 once parsed (or when there is none) */
+  int sig_hint;      /* the signature that served the last kernel */
 } rt_manifest;
 
 /* A manifest is parsed in steps, so that an eager open can load kernel i
- * while entry i+1 is parsed: rt_manifest_open parses everything but the
- * kernels' entries and sizes kernels[]; rt_manifest_kernel parses entry i;
- * rt_manifest_finish parses what is left and checks what spans entries
- * (ids are unique). The steps may run on any thread, one at a time. On
- * failure they return KF_ERR_FORMAT for a newer format, KF_ERR_BAD_MANIFEST
- * otherwise, naming the file and the offending field or line:column, and
- * the caller must still rt_manifest_free(m) (always safe). */
+ * while entry i+1 is parsed: rt_manifest_open parses the header (format,
+ * model, arch, backend) and sizes kernels[]; rt_manifest_kernel parses
+ * entry i; rt_manifest_signatures parses "signatures" and gives their
+ * parameter lists to the entries parsed so far; rt_manifest_finish parses
+ * what is left and checks what spans entries (ids are unique). Until then
+ * an entry without "params" may have none yet (sig_pending). The steps may
+ * run on any thread, one at a time. A step refuses the manifest with the
+ * reason a parse of the whole text would give first (a bad signature
+ * before any entry's problem). On failure they return KF_ERR_FORMAT for a
+ * newer format, KF_ERR_BAD_MANIFEST otherwise, naming the file and the
+ * offending field or line:column, and the caller must still
+ * rt_manifest_free(m) (always safe); a refused manifest takes no further
+ * steps. */
 kf_status rt_manifest_open(const char *path, rt_manifest *m, rt_err *err);
 /* Parses kernels[i]; i is nparsed (entries go in order) or below (done). */
 kf_status rt_manifest_kernel(rt_manifest *m, int i, rt_err *err);
+kf_status rt_manifest_signatures(rt_manifest *m, rt_err *err);
 kf_status rt_manifest_finish(rt_manifest *m, rt_err *err);
 /* All three steps on a text (path only names it in reasons) or a file. On
  * failure m is left empty. */
@@ -193,10 +204,12 @@ typedef struct rt_json_layout {
   size_t kernels_start; /* the first "kernels" member's array, brackets */
   size_t kernels_end;   /* included; both 0 when it is absent or no array */
   int nkernels;         /* entries in it */
+  size_t sigs_start;    /* the first "signatures" member's value, of any */
+  size_t sigs_end;      /* type; both 0 when it is absent */
 } rt_json_layout;
 
 /* Checks that text is one well-formed JSON object and finds its "kernels"
- * array. 0 on success; -1 when the text is malformed or is one that only a
+ * array and its "signatures". 0 on success; -1 when the text is malformed or is one that only a
  * full parse reads right (a member name with escapes, trailing text): the
  * caller then parses it whole. */
 int rt_json_scan_manifest(const char *text, size_t len, rt_json_layout *out);
@@ -250,7 +263,7 @@ struct kf_runtime {
   char *v1_dir; /* <cache>/v1 */
   int lazy;
   int nkernels;
-  kf_kernel *kernels; /* manifest order */
+  kf_kernel *kernels; /* manifest order; [0, nkernels) set up */
   int nkinds;
   rt_kind *kinds;
   rt_slot err;

@@ -1,5 +1,5 @@
 /* JSON scanning without a tree: where a value ends, and where a manifest's
- * "kernels" array and each of its entries lie. It lets an eager open parse
+ * "kernels" array, each of its entries and its "signatures" lie. It lets an eager open parse
  * the manifest's header first and then each kernel's entry just before that
  * kernel is loaded, instead of parsing all of it before the first load.
  *
@@ -200,13 +200,20 @@ size_t rt_json_skip(const char *text, size_t len, size_t at) {
   return p ? (size_t)(p - start) : 0;
 }
 
+/* Whether the member name at name (its opening quote; end past the closing
+ * one) is key. */
+static int name_is(pos name, pos end, const char *key) {
+  size_t n = strlen(key);
+  return (size_t)(end - name) == n + 2 && memcmp(name + 1, key, n) == 0;
+}
+
 int rt_json_scan_manifest(const char *text, size_t len, rt_json_layout *out) {
-  static const char key[] = "kernels";
   pos start = (pos)text, end = start + len, p = skip_ws(start, end);
-  int seen = 0, escaped;
+  int seen = 0, seen_sigs = 0, escaped;
 
   out->kernels_start = out->kernels_end = 0;
   out->nkernels = 0;
+  out->sigs_start = out->sigs_end = 0;
   if (p >= end || *p != '{')
     return -1;
   p = skip_ws(p + 1, end);
@@ -215,11 +222,11 @@ int rt_json_scan_manifest(const char *text, size_t len, rt_json_layout *out) {
   else
     for (;;) {
       pos name = p, v;
-      int is_kernels;
+      int is_kernels, is_sigs;
       if (p >= end || *p != '"' || !(p = skip_string(p, end, &escaped)) || escaped)
         return -1; /* an escaped name may spell "kernels": cJSON decides */
-      is_kernels = !seen && (size_t)(p - name) == sizeof key + 1 &&
-                   memcmp(name + 1, key, sizeof key - 1) == 0;
+      is_kernels = !seen && name_is(name, p, "kernels");
+      is_sigs = !seen_sigs && name_is(name, p, "signatures");
       p = skip_ws(p, end);
       if (p >= end || *p != ':')
         return -1;
@@ -247,8 +254,13 @@ int rt_json_scan_manifest(const char *text, size_t len, rt_json_layout *out) {
         out->kernels_end = (size_t)(p - start);
       } else if (!(p = skip_value(p, end, 1))) {
         return -1;
+      } else if (is_sigs) {
+        /* like "kernels", cJSON reads the first "signatures" */
+        out->sigs_start = (size_t)(v - start);
+        out->sigs_end = (size_t)(p - start);
       }
       seen |= is_kernels;
+      seen_sigs |= is_sigs;
       p = skip_ws(p, end);
       if (p < end && *p == '}') {
         p++;

@@ -6,10 +6,11 @@
  * paths stay inside the cache. A reason names the file and the field, or the
  * line:column of a JSON syntax error.
  *
- * The kernels' entries are parsed one at a time, after the rest: an eager
- * open loads kernel i while entry i+1 is parsed, instead of parsing the whole
- * manifest (most of a cache's startup work) before its first load. rt_json.c
- * finds where the entries lie. */
+ * The kernels' entries are parsed one at a time, after the header, and the
+ * signatures after the entries: an eager open loads kernel i while entry
+ * i+1 is parsed, instead of parsing the whole manifest (most of a cache's
+ * startup work) before its first load. rt_json.c finds where the entries
+ * and the signatures lie. */
 #include "rt_internal.h"
 
 #include <cjson/cJSON.h>
@@ -277,7 +278,36 @@ static void kernel_members(const cJSON *obj, const cJSON *f[F_COUNT]) {
     }
 }
 
-static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const rt_manifest *m,
+/* Gives k, kernels[index] of kind, its kind's signature (c names the kernel
+ * in the reason). */
+static kf_status give_signature(parse_ctx *c, rt_manifest *m, int index, const char *kind,
+                                rt_kdesc *k) {
+  const rt_kdesc *prev = index > 0 ? &m->kernels[index - 1] : NULL;
+  const rt_sig *sig = NULL;
+  if (prev && prev->params_shared && !prev->sig_pending && strcmp(prev->kind, kind) == 0) {
+    /* a kind's kernels are neighbours (sorted by id): the previous one's */
+    k->params = prev->params;
+    k->nparams = prev->nparams;
+  } else {
+    /* signatures and kernels both go by kind: try the last one's first */
+    for (int j = 0; j < m->nsigs && !sig; j++) {
+      int x = (m->sig_hint + j) % m->nsigs;
+      if (strcmp(m->sigs[x].kind, kind) == 0) {
+        sig = &m->sigs[x];
+        m->sig_hint = x;
+      }
+    }
+    if (!sig)
+      return bad(c, "params", "missing, and \"signatures\" has no entry for kind '%s'", kind);
+    k->params = sig->params;
+    k->nparams = sig->nparams;
+  }
+  k->params_shared = 1;
+  k->sig_pending = 0;
+  return KF_OK;
+}
+
+static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_manifest *m,
                               rt_kdesc *k) {
   const char *id, *kind, *key, *object, *meta, *checksum, *symbol;
   const cJSON *launch, *f[F_COUNT];
@@ -317,27 +347,16 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const r
   if (!valid_symbol(symbol))
     return bad(c, "symbol", "'%s' is not a C identifier", symbol);
 
-  /* the kernel's own parameter list, else its kind's signature */
+  /* the kernel's own parameter list, else its kind's signature, which
+   * waits for rt_manifest_signatures while "signatures" is not parsed */
   if (f[F_PARAMS]) {
     if ((st = parse_params(c, f[F_PARAMS], k)) != KF_OK)
       return st;
-  } else {
-    const rt_kdesc *prev = index > 0 ? &m->kernels[index - 1] : NULL;
-    const rt_sig *sig = NULL;
-    if (prev && prev->params_shared && strcmp(prev->kind, kind) == 0) {
-      /* a kind's kernels are neighbours (sorted by id): the previous one's */
-      k->params = prev->params;
-      k->nparams = prev->nparams;
-    } else {
-      for (int i = 0; i < m->nsigs && !sig; i++)
-        if (strcmp(m->sigs[i].kind, kind) == 0)
-          sig = &m->sigs[i];
-      if (!sig)
-        return bad(c, "params", "missing, and \"signatures\" has no entry for kind '%s'", kind);
-      k->params = sig->params;
-      k->nparams = sig->nparams;
-    }
+  } else if (m->sigs_end) {
     k->params_shared = 1;
+    k->sig_pending = 1;
+  } else if ((st = give_signature(c, m, index, kind, k)) != KF_OK) {
+    return st;
   }
   launch = f[F_LAUNCH];
   if (!cJSON_IsObject(launch))
@@ -379,7 +398,10 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, const r
 
 /* "signatures": {"<kind>": {"params": [...]}}: one parameter list for all
  * the kernels of a kind, so that a manifest of many kernels stays small to
- * parse (opening a cache is mostly parsing its manifest). Optional. */
+ * parse (opening a cache is mostly parsing its manifest). Optional. A
+ * streamed manifest parses them after its header (rt_manifest_signatures):
+ * loading needs no parameter list, so an eager open's first load need not
+ * wait for them. */
 static kf_status parse_signatures(parse_ctx *c, const cJSON *sigs, rt_manifest *m) {
   kf_status st = KF_OK;
   if (!sigs)
@@ -443,7 +465,8 @@ static kf_status malformed(const char *path, const char *text, size_t len, const
                     line, col);
 }
 
-/* Everything but the kernels' entries; *kernels is the "kernels" array. */
+/* Everything but the kernels' entries (and "signatures" when they wait for
+ * rt_manifest_signatures); *kernels is the "kernels" array. */
 static kf_status parse_header(parse_ctx *c, const cJSON *root, rt_manifest *m,
                               const cJSON **kernels) {
   const char *model, *arch, *backend;
@@ -479,7 +502,8 @@ static kf_status parse_header(parse_ctx *c, const cJSON *root, rt_manifest *m,
   if (!m->model || !m->arch)
     return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
 
-  if ((st = parse_signatures(c, cJSON_GetObjectItemCaseSensitive(root, "signatures"), m)) != KF_OK)
+  if (!m->sigs_end &&
+      (st = parse_signatures(c, cJSON_GetObjectItemCaseSensitive(root, "signatures"), m)) != KF_OK)
     return st;
   *kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels");
   if (!cJSON_IsArray(*kernels))
@@ -508,10 +532,11 @@ static kf_status check_ids(parse_ctx *c, const rt_manifest *m) {
 }
 
 /* Parses the header of text (which m takes over). When the scanner finds
- * the text well-formed, cJSON parses it with the kernels' entries cut out,
- * and the entries wait for rt_manifest_kernel; otherwise (or should cJSON
- * disagree) cJSON parses the whole text as it always did, entries included,
- * so that a syntax error is reported where cJSON finds it. */
+ * the text well-formed, cJSON parses it with the kernels' entries and the
+ * signatures cut out, and they wait for rt_manifest_kernel and
+ * rt_manifest_signatures; otherwise (or should cJSON disagree) cJSON parses
+ * the whole text as it always did, entries included, so that a syntax error
+ * is reported where cJSON finds it. */
 static kf_status begin(const char *path, char *text, size_t len, rt_manifest *m, rt_err *err) {
   parse_ctx c = {path, err, NULL, -1, -1, NULL};
   rt_json_layout lay;
@@ -525,16 +550,36 @@ static kf_status begin(const char *path, char *text, size_t len, rt_manifest *m,
   if (!(m->path = dup(path)))
     return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
   if (rt_json_scan_manifest(text, len, &lay) == 0 && lay.kernels_end > 0) {
-    size_t cut = lay.kernels_end - lay.kernels_start, hlen = len - cut + 2;
-    char *head = malloc(hlen);
+    /* the header: "kernels" becomes [], "signatures" {} (each is >= 1 byte) */
+    struct cut {
+      size_t from, to;
+      const char *with;
+    } cut[2] = {{lay.kernels_start, lay.kernels_end, "[]"}, {lay.sigs_start, lay.sigs_end, "{}"}};
+    int ncut = lay.sigs_end > 0 ? 2 : 1;
+    size_t hlen = 0, at = 0;
+    char *head = malloc(len + 2 * 2);
     if (!head)
       return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
-    memcpy(head, text, lay.kernels_start);
-    memcpy(head + lay.kernels_start, "[]", 2);
-    memcpy(head + lay.kernels_start + 2, text + lay.kernels_end, len - lay.kernels_end);
+    if (ncut == 2 && cut[1].from < cut[0].from) {
+      struct cut first = cut[1];
+      cut[1] = cut[0];
+      cut[0] = first;
+    }
+    for (int j = 0; j < ncut; j++) {
+      memcpy(head + hlen, text + at, cut[j].from - at);
+      hlen += cut[j].from - at;
+      memcpy(head + hlen, cut[j].with, 2);
+      hlen += 2;
+      at = cut[j].to;
+    }
+    memcpy(head + hlen, text + at, len - at);
+    hlen += len - at;
     root = cJSON_ParseWithLength(head, hlen);
     free(head);
-    streamed = root != NULL;
+    if ((streamed = root != NULL) != 0) {
+      m->sigs_start = lay.sigs_start;
+      m->sigs_end = lay.sigs_end;
+    }
   }
   if (!root) {
     const char *stop = NULL;
@@ -574,7 +619,7 @@ kf_status rt_manifest_open(const char *path, rt_manifest *m, rt_err *err) {
   return begin(path, text, len, m, err);
 }
 
-kf_status rt_manifest_kernel(rt_manifest *m, int i, rt_err *err) {
+static kf_status parse_entry(rt_manifest *m, int i, rt_err *err) {
   parse_ctx c = {m->path, err, NULL, -1, -1, NULL};
   const char *stop = NULL;
   rt_kdesc *k;
@@ -612,11 +657,49 @@ kf_status rt_manifest_kernel(rt_manifest *m, int i, rt_err *err) {
   return KF_OK;
 }
 
+kf_status rt_manifest_kernel(rt_manifest *m, int i, rt_err *err) {
+  kf_status st = parse_entry(m, i, err);
+  if (st == KF_ERR_BAD_MANIFEST && m->sigs_end && i == m->nparsed) {
+    /* A whole parse reads the signatures first and gives each entry its
+     * kind's list as it goes: with them parsed, the entry's reason (or an
+     * earlier one) is the one that parse gives. */
+    if ((st = rt_manifest_signatures(m, err)) == KF_OK)
+      st = parse_entry(m, i, err);
+  }
+  return st;
+}
+
+kf_status rt_manifest_signatures(rt_manifest *m, rt_err *err) {
+  parse_ctx c = {m->path, err, NULL, -1, -1, NULL};
+  kf_status st;
+  if (m->sigs_end) {
+    size_t at = m->sigs_start, end = m->sigs_end;
+    const char *stop = NULL;
+    cJSON *sigs = cJSON_ParseWithLengthOpts(m->text + at, end - at, &stop, 0);
+    m->sigs_start = m->sigs_end = 0;
+    if (!sigs)
+      return malformed(m->path, m->text, end, stop, err);
+    st = parse_signatures(&c, sigs, m);
+    cJSON_Delete(sigs);
+    if (st != KF_OK)
+      return st;
+  }
+  for (int i = 0; i < m->nparsed; i++)
+    if (m->kernels[i].sig_pending) {
+      c.kernel = i;
+      if ((st = give_signature(&c, m, i, m->kernels[i].kind, &m->kernels[i])) != KF_OK)
+        return st;
+    }
+  return KF_OK;
+}
+
 kf_status rt_manifest_finish(rt_manifest *m, rt_err *err) {
   parse_ctx c = {m->path, err, NULL, -1, -1, NULL};
   kf_status st = KF_OK;
   for (int i = m->nparsed; i < m->nkernels && st == KF_OK; i++)
     st = rt_manifest_kernel(m, i, err);
+  if (st == KF_OK)
+    st = rt_manifest_signatures(m, err);
   if (st == KF_OK && (st = check_ids(&c, m)) == KF_OK) {
     /* nothing refers to the text: entries copy what they keep */
     free(m->text);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void kf_runtime_options_init(kf_runtime_options *opts) {
   if (opts)
@@ -58,7 +59,9 @@ static int cmp_str(const void *a, const void *b) {
 
 /* Chooses <dir>/<arch>.json with the best rank for the device; *path is
  * malloc'd. The reason for no match names what the device runs and what
- * the cache has. */
+ * the cache has. A CUDA device's sm_XYa ranks above every other name, and
+ * no other name ranks with it: when that file is there, it is the choice
+ * without listing the directory. */
 static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, rt_err *err) {
   char *dir = NULL, *sub = NULL, **names = NULL;
   int n = 0, cap = 0, best = -1, best_rank = -1;
@@ -72,6 +75,24 @@ static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, r
   free(sub);
   if (!dir)
     return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  if (rt->drv.backend == KF_BACKEND_CUDA) {
+    char exact[RT_ARCH_MAX];
+    snprintf(exact, sizeof exact, "sm_%d%da", rt->drv.cc_major, rt->drv.cc_minor);
+    if (rt_arch_cuda_rank(exact, rt->drv.cc_major, rt->drv.cc_minor) == 0) {
+      size_t len = strlen(dir) + strlen(exact) + 7;
+      if (!(*path = malloc(len))) {
+        free(dir);
+        return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+      }
+      snprintf(*path, len, "%s/%s.json", dir, exact);
+      if (access(*path, F_OK) == 0) {
+        free(dir);
+        return KF_OK;
+      }
+      free(*path);
+      *path = NULL;
+    }
+  }
   dp = opendir(dir);
   if (!dp) {
     st = rt_err_set(err, KF_ERR_NO_MANIFEST,
@@ -156,17 +177,16 @@ static int cmp_kernel(const void *a, const void *b) {
   return c ? c : (x->d->width > y->d->width) - (x->d->width < y->d->width);
 }
 
-/* Sets up the handle of manifest entry i, which is parsed. */
+/* Sets up the handle of manifest entry i, which is parsed (its parameters
+ * may wait for the signatures: index_kinds looks at them). */
 static kf_status kernel_init(kf_runtime *rt, int i, rt_err *err) {
   kf_kernel *k = &rt->kernels[i];
   const rt_kdesc *d = &rt->manifest.kernels[i];
   size_t dir = strlen(rt->v1_dir), object = strlen(d->object) + 1, meta = strlen(d->meta) + 1;
+  memset(k, 0, sizeof *k);
   k->rt = rt;
   k->d = d;
   k->rows_param = -1;
-  if (d->nparams > 0 && strcmp(d->params[d->nparams - 1].name, "rows") == 0 &&
-      strcmp(d->params[d->nparams - 1].type, "int") == 0)
-    k->rows_param = d->nparams - 1;
   atomic_init(&k->state, RT_UNLOADED);
   pthread_mutex_init(&k->mu, NULL);
   rt_slot_init(&k->err);
@@ -184,10 +204,18 @@ static kf_status kernel_init(kf_runtime *rt, int i, rt_err *err) {
   return KF_OK;
 }
 
-/* Groups the kernels by kind, ascending width, once all are set up. */
+/* Groups the kernels by kind, ascending width, and finds each one's
+ * trailing "int rows", once all are set up and have their parameters. */
 static kf_status index_kinds(kf_runtime *rt, rt_err *err) {
   int n = rt->nkernels;
-  kf_kernel **sorted = calloc((size_t)(n ? n : 1), sizeof *sorted);
+  kf_kernel **sorted;
+  for (int i = 0; i < n; i++) {
+    const rt_kdesc *d = rt->kernels[i].d;
+    if (d->nparams > 0 && strcmp(d->params[d->nparams - 1].name, "rows") == 0 &&
+        strcmp(d->params[d->nparams - 1].type, "int") == 0)
+      rt->kernels[i].rows_param = d->nparams - 1;
+  }
+  sorted = calloc((size_t)(n ? n : 1), sizeof *sorted);
   rt->kinds = calloc((size_t)(n ? n : 1), sizeof *rt->kinds);
   if (!sorted || !rt->kinds) {
     free(sorted);
@@ -243,56 +271,89 @@ static void runtime_free(kf_runtime *rt) {
   free(rt);
 }
 
-/* Eager loading: a reader thread parses each kernel's manifest entry, sets
- * up its handle and reads and checksums its object, in manifest order,
- * while this thread hands each object to the driver as soon as it is ready.
- * Parsing, reading and hashing thus hide behind module loading (the
- * driver's part is the floor of any loader); only the manifest's header is
- * parsed before the first load. */
+/* Eager loading: each kernel's manifest entry is parsed, its handle set up
+ * and its object read and checksummed (a step), in manifest order, while
+ * this thread hands each object to the driver as soon as it is ready.
+ * Steps run on a reader thread, and on this thread whenever it needs the
+ * next entry and no thread is on it (until the reader has started, that is
+ * the first): parsing, reading and hashing thus hide behind module loading
+ * (the driver's part is the floor of any loader), and only the manifest's
+ * header is parsed before the first load. The signatures, the id check and
+ * the kind index follow the last step on the reader, while the driver
+ * loads. */
 typedef struct {
   kf_runtime *rt;
+  int n;              /* entries */
   char **images;      /* objects read, until the loader takes them */
   kf_status *status;  /* how reading each went */
   rt_err read_err;    /* why the one object that failed to read did */
-  kf_status manifest; /* the reader's verdict on the manifest (final once done) */
+  kf_status manifest; /* the verdict on the manifest (final once done) */
   rt_err manifest_err;
-  int ready; /* kernels parsed, set up and read so far */
-  int done;  /* the reader has finished */
-  int stop;  /* the loader gave up: parse on, but read no further */
+  int ready;   /* entries parsed, set up and read so far */
+  int busy;    /* a thread is on entry ready */
+  int refused; /* an entry was refused: manifest says why */
+  int unread;  /* a read failed or the loader gave up: parse on, read no more */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 } prefetch;
+
+/* Takes entry p->ready unless a thread is on it or none is left: parses it,
+ * sets up its handle and reads its object, with p->mu released meanwhile.
+ * Called, and returns, with p->mu held; 0 when there was nothing to take. */
+static int step(prefetch *p) {
+  kf_runtime *rt = p->rt;
+  int i = p->ready, unread = p->unread;
+  kf_status st, read_st = KF_OK;
+  char *image = NULL;
+  rt_err e, read_err;
+  if (p->busy || p->refused || i == p->n)
+    return 0;
+  p->busy = 1;
+  pthread_mutex_unlock(&p->mu);
+  if ((st = rt_manifest_kernel(&rt->manifest, i, &e)) == KF_OK &&
+      (st = kernel_init(rt, i, &e)) == KF_OK && !unread)
+    read_st = rt_kernel_read(&rt->kernels[i], &image, &read_err);
+  pthread_mutex_lock(&p->mu);
+  p->busy = 0;
+  if (st != KF_OK) {
+    p->refused = 1;
+    p->manifest = st;
+    p->manifest_err = e;
+  } else {
+    p->images[i] = image;
+    p->status[i] = read_st;
+    if (read_st != KF_OK) {
+      p->read_err = read_err;
+      p->unread = 1; /* the loader stops at this kernel */
+    }
+    p->ready = i + 1;
+  }
+  pthread_cond_broadcast(&p->cv);
+  return 1;
+}
 
 static void *prefetch_main(void *arg) {
   prefetch *p = arg;
   kf_runtime *rt = p->rt;
   kf_status st = KF_OK;
-  int stop = 0;
-  for (int i = 0; i < rt->manifest.nkernels; i++) {
-    if ((st = rt_manifest_kernel(&rt->manifest, i, &p->manifest_err)) != KF_OK ||
-        (st = kernel_init(rt, i, &p->manifest_err)) != KF_OK)
-      break;
-    if (!stop) {
-      rt_err e;
-      if ((p->status[i] = rt_kernel_read(&rt->kernels[i], &p->images[i], &e)) != KF_OK) {
-        p->read_err = e;
-        stop = 1; /* the loader stops at this kernel */
-      }
-    }
-    pthread_mutex_lock(&p->mu);
-    p->ready = i + 1;
-    stop |= p->stop;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-  }
-  /* while the driver is still loading: check the ids, index by kind, free
-   * the manifest's text */
-  if (st == KF_OK && (st = rt_manifest_finish(&rt->manifest, &p->manifest_err)) == KF_OK)
-    st = index_kinds(rt, &p->manifest_err);
+  rt_err e;
+  int refused;
   pthread_mutex_lock(&p->mu);
-  p->manifest = st;
-  p->done = 1;
-  pthread_cond_signal(&p->cv);
+  while (p->ready < p->n && !p->refused)
+    if (!step(p))
+      pthread_cond_wait(&p->cv, &p->mu);
+  refused = p->refused;
+  pthread_mutex_unlock(&p->mu);
+  /* while the driver is still loading: the signatures, the ids, the index
+   * by kind; the manifest's text is freed */
+  if (!refused && (st = rt_manifest_finish(&rt->manifest, &e)) == KF_OK)
+    st = index_kinds(rt, &e);
+  pthread_mutex_lock(&p->mu);
+  if (!refused) {
+    p->manifest = st;
+    if (st != KF_OK)
+      p->manifest_err = e;
+  }
   pthread_mutex_unlock(&p->mu);
   return NULL;
 }
@@ -304,6 +365,7 @@ static kf_status load_all(kf_runtime *rt, rt_err *err) {
   pthread_t reader;
   memset(&p, 0, sizeof p);
   p.rt = rt;
+  p.n = n;
   p.images = calloc((size_t)(n ? n : 1), sizeof *p.images);
   p.status = calloc((size_t)(n ? n : 1), sizeof *p.status);
   pthread_mutex_init(&p.mu, NULL);
@@ -315,19 +377,24 @@ static kf_status load_all(kf_runtime *rt, rt_err *err) {
         st = rt_kernel_load(&rt->kernels[i], err);
   } else {
     for (int i = 0; i < n; i++) {
-      int have;
+      char *image;
+      kf_status read_st;
       pthread_mutex_lock(&p.mu);
-      while (p.ready <= i && !p.done)
-        pthread_cond_wait(&p.cv, &p.mu);
-      have = p.ready > i;
-      pthread_mutex_unlock(&p.mu);
-      if (!have) /* the reader refused the manifest; it says why */
+      while (p.ready <= i && !p.refused)
+        if (!step(&p))
+          pthread_cond_wait(&p.cv, &p.mu);
+      if (p.ready <= i) { /* the manifest was refused; it says why */
+        pthread_mutex_unlock(&p.mu);
         break;
-      st = rt_kernel_load_read(&rt->kernels[i], p.images[i], p.status[i], &p.read_err, err);
+      }
+      image = p.images[i];
       p.images[i] = NULL;
+      read_st = p.status[i];
+      pthread_mutex_unlock(&p.mu);
+      st = rt_kernel_load_read(&rt->kernels[i], image, read_st, &p.read_err, err);
       if (st != KF_OK) {
         pthread_mutex_lock(&p.mu);
-        p.stop = 1;
+        p.unread = 1;
         pthread_mutex_unlock(&p.mu);
         break;
       }
@@ -349,12 +416,37 @@ static kf_status load_all(kf_runtime *rt, rt_err *err) {
   return st;
 }
 
+/* The parsed header agrees with the file's place and the device. A whole
+ * parse would have refused bad signatures before these checks: so does
+ * this. */
+static kf_status check_header(kf_runtime *rt, const char *model, const char *path, rt_err *err) {
+  const rt_manifest *m = &rt->manifest;
+  const char *base = strrchr(path, '/') + 1;
+  size_t alen = strlen(m->arch);
+  kf_status st = KF_OK;
+  if (strcmp(m->model, model) != 0)
+    st = rt_err_set(err, KF_ERR_BAD_MANIFEST, "%s: model: error: '%s' in a manifest of model '%s'",
+                    path, m->model, model);
+  else if (strncmp(base, m->arch, alen) != 0 || strcmp(base + alen, ".json") != 0)
+    st = rt_err_set(err, KF_ERR_BAD_MANIFEST,
+                    "%s: arch: error: '%s' in the manifest file of another arch", path, m->arch);
+  else if (m->backend != rt->drv.backend)
+    st = rt_err_set(err, KF_ERR_BAD_MANIFEST, "%s: backend: error: the manifest is not for '%s'",
+                    path, rt->drv.backend == KF_BACKEND_CUDA ? "cuda" : "hip");
+  if (st != KF_OK) {
+    rt_err sig_err;
+    if (rt_manifest_signatures(&rt->manifest, &sig_err) != KF_OK)
+      *err = sig_err;
+    st = err->status;
+  }
+  return st;
+}
+
 kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
   rt_err err;
   kf_runtime *rt;
   char *path = NULL;
   kf_status st;
-  const char *backend_name;
 
   if (!out) {
     rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_runtime_open: rt is NULL");
@@ -396,29 +488,12 @@ kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
   if ((st = pick_manifest(rt, opts->model, &path, &err)) != KF_OK ||
       (st = rt_manifest_open(path, &rt->manifest, &err)) != KF_OK)
     goto fail;
-  backend_name = rt->drv.backend == KF_BACKEND_CUDA ? "cuda" : "hip";
-  if (strcmp(rt->manifest.model, opts->model) != 0) {
-    rt_err_set(&err, KF_ERR_BAD_MANIFEST, "%s: model: error: '%s' in a manifest of model '%s'",
-               path, rt->manifest.model, opts->model);
+  if ((st = check_header(rt, opts->model, path, &err)) != KF_OK)
     goto fail;
-  }
-  {
-    const char *base = strrchr(path, '/') + 1;
-    size_t alen = strlen(rt->manifest.arch);
-    if (strncmp(base, rt->manifest.arch, alen) != 0 || strcmp(base + alen, ".json") != 0) {
-      rt_err_set(&err, KF_ERR_BAD_MANIFEST,
-                 "%s: arch: error: '%s' in the manifest file of another arch", path,
-                 rt->manifest.arch);
-      goto fail;
-    }
-  }
-  if (rt->manifest.backend != rt->drv.backend) {
-    rt_err_set(&err, KF_ERR_BAD_MANIFEST, "%s: backend: error: the manifest is not for '%s'", path,
-               backend_name);
-    goto fail;
-  }
+  /* handles [0, nkernels) are set up, the rest untouched: a steps' page
+   * faults, not a zeroing before the first load */
   rt->kernels =
-      calloc((size_t)(rt->manifest.nkernels ? rt->manifest.nkernels : 1), sizeof *rt->kernels);
+      malloc((size_t)(rt->manifest.nkernels ? rt->manifest.nkernels : 1) * sizeof *rt->kernels);
   if (!rt->kernels) {
     rt_err_set(&err, KF_ERR_NO_MEMORY, "out of memory");
     goto fail;

@@ -555,6 +555,101 @@ KF_TEST(manifest__entry_cjson_refuses_names_its_line_in_the_whole_file) {
   free(text);
 }
 
+KF_TEST(manifest__signatures_wait_for_their_step_and_reach_the_entries_parsed) {
+  char *text = shaped_manifest(10, 1), *path = temp_manifest(text);
+  rt_manifest m;
+  rt_err err;
+  KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK);
+  KF_CHECK(m.nsigs == 0 && m.sigs_end > 0); /* the header alone */
+  for (int i = 0; i < 7; i++)
+    KF_CHECK(rt_manifest_kernel(&m, i, &err) == KF_OK);
+  KF_CHECK(m.kernels[0].sig_pending && m.kernels[0].params == NULL);
+  KF_CHECK(rt_manifest_signatures(&m, &err) == KF_OK && m.nsigs == 2);
+  KF_CHECK(!m.kernels[6].sig_pending && m.kernels[6].nparams == 1);
+  KF_CHECK(m.kernels[0].nparams == 2 && strcmp(m.kernels[0].params[0].name, "x") == 0);
+  /* entries parsed after it get theirs at once */
+  KF_CHECK(rt_manifest_kernel(&m, 7, &err) == KF_OK && !m.kernels[7].sig_pending);
+  KF_CHECK(rt_manifest_finish(&m, &err) == KF_OK && shaped_intact(&m, 10));
+  rt_manifest_free(&m);
+  remove_temp(path);
+  free(text);
+}
+
+/* The reason the streamed steps give for text, and the one a whole parse
+ * gives (a byte-order mark makes the scanner leave the text to cJSON). */
+static void reasons(const char *text, char *streamed, char *whole, size_t size) {
+  char *path = temp_manifest(text), *bom;
+  rt_manifest m;
+  rt_err err;
+  kf_status st = rt_manifest_open(path, &m, &err);
+  if (st == KF_OK && !(m.sigs_end > 0 && m.nparsed == 0))
+    abort(); /* not streamed: the comparison would be empty */
+  for (int i = 0; st == KF_OK && i < m.nkernels; i++)
+    st = rt_manifest_kernel(&m, i, &err);
+  if (st == KF_OK)
+    st = rt_manifest_finish(&m, &err);
+  snprintf(streamed, size, "%d %s", st, st == KF_OK ? "" : err.text);
+  rt_manifest_free(&m);
+  if (asprintf(&bom, "\xEF\xBB\xBF%s", text) < 0)
+    abort();
+  st = rt_manifest_parse(path, bom, strlen(bom), &m, &err);
+  snprintf(whole, size, "%d %s", st, st == KF_OK ? "" : err.text);
+  if (st == KF_OK)
+    rt_manifest_free(&m);
+  free(bom);
+  remove_temp(path);
+}
+
+/* text with the first occurrence of from after after replaced by to */
+static char *replace_after(const char *text, const char *after, const char *from, const char *to) {
+  const char *at = strstr(strstr(text, after), from);
+  char *out;
+  if (!at || asprintf(&out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from)) < 0)
+    abort();
+  return out;
+}
+
+KF_TEST(manifest__streamed_steps_refuse_with_the_reason_of_a_whole_parse) {
+  /* kinds a (kernels[0..4]) and b (kernels[5..9]); signatures after or
+   * before the kernels */
+  static const struct {
+    const char *after, *from, *to;
+  } edits[][2] = {
+      /* a bad signature: before any entry's problem */
+      {{"\"signatures\"", "\"float*\"", "\"double\""}, {NULL, NULL, NULL}},
+      {{"\"signatures\"", "\"float*\"", "\"double\""}, {"\"m/a/w2/", "\"kf_1\"", "\"1kf\""}},
+      {{"\"signatures\"", "\"rows\"", "7"}, {NULL, NULL, NULL}},
+      {{"\"signatures\"", "{\"params\"", "{\"parms\""}, {NULL, NULL, NULL}},
+      /* kind b without a signature: its first kernel, unless an earlier
+       * entry or a field checked before the params is wrong */
+      {{"\"signatures\"", "\"b\": {", "\"c\": {"}, {NULL, NULL, NULL}},
+      {{"\"signatures\"", "\"b\": {", "\"c\": {"}, {"\"m/b/w9/", "\"kf_8\"", "\"8kf\""}},
+      {{"\"signatures\"", "\"b\": {", "\"c\": {"}, {"\"m/b/w6/", "\"kf_5\"", "\"5kf\""}},
+      {{"\"signatures\"", "\"b\": {", "\"c\": {"}, {"\"m/b/w6/", "\"grid\"", "\"gird\""}},
+      {{"\"signatures\"", "\"b\": {", "\"c\": {"}, {"\"m/a/w3/", "\"grid\"", "\"gird\""}},
+      /* no problem */
+      {{"\"signatures\"", "\"a\"", "\"a\""}, {NULL, NULL, NULL}},
+  };
+  for (int order = 0; order < 2; order++)
+    for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+      char *text = shaped_manifest(10, order), streamed[1200], whole[1200];
+      for (int j = 0; j < 2 && edits[e][j].from; j++) {
+        char *next = replace_after(text, edits[e][j].after, edits[e][j].from, edits[e][j].to);
+        free(text);
+        text = next;
+      }
+      reasons(text, streamed, whole, sizeof streamed);
+      if (strcmp(streamed, whole) != 0)
+        fprintf(stderr, "  edit %zu, order %d:\n    streamed %s\n    whole    %s\n", e, order,
+                streamed, whole);
+      KF_CHECK_STR_EQ(streamed, whole);
+      snprintf(whole, sizeof whole, "%d ",
+               e + 1 < sizeof edits / sizeof edits[0] ? KF_ERR_BAD_MANIFEST : KF_OK);
+      KF_CHECK(strncmp(streamed, whole, strlen(whole)) == 0);
+      free(text);
+    }
+}
+
 KF_TEST(manifest__repeated_id_is_refused_naming_both_entries) {
   char *text = big_manifest(300, -1, NULL);
   char *second = strstr(text, "\"big/k/w201/sm_90a\""), *first = strstr(text, "\"big/k/w200/");

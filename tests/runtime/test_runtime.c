@@ -981,6 +981,131 @@ KF_TEST(open__members_in_another_order_and_compact_json_load_alike) {
   free(flat);
 }
 
+/* ---- signatures parsed after the loads began ----------------------------- */
+
+/* The generator's shape with its signatures last: the "params" of every
+ * entry of man go, and "signatures": sigs (a JSON object) follows the
+ * "kernels" array. */
+static void sign_after_kernels(const char *man, const char *sigs) {
+  char *text = slurp(man), *out = malloc(strlen(text) + strlen(sigs) + 64), *o = out;
+  const char *p = text, *close = strrchr(text, '}');
+  while (p < close) {
+    if (strncmp(p, "      \"params\": ", 16) == 0) {
+      p = strchr(p, '\n') + 1;
+      continue;
+    }
+    *o++ = *p++;
+  }
+  while (o > out && (o[-1] == '\n' || o[-1] == ' '))
+    o--;
+  o += sprintf(o, ",\n  \"signatures\": %s\n}\n", sigs);
+  if (fx_write_file(man, out, (size_t)(o - out)) != 0)
+    abort();
+  free(text);
+  free(out);
+}
+
+#define K_SIG                                                                                      \
+  "{\"params\": [{\"name\": \"x\", \"type\": \"float*\", \"size\": 8}, "                           \
+  "{\"name\": \"rows\", \"type\": \"int\", \"size\": 4}]}"
+#define PROJ_SIG                                                                                   \
+  "{\"params\": [{\"name\": \"x\", \"type\": \"const kf_bf16*\", \"size\": 8}, "                   \
+  "{\"name\": \"w\", \"type\": \"const kf_bf16*\", \"size\": 8}, "                                 \
+  "{\"name\": \"y\", \"type\": \"kf_bf16*\", \"size\": 8}, "                                       \
+  "{\"name\": \"n\", \"type\": \"long long\", \"size\": 8}, "                                      \
+  "{\"name\": \"rows\", \"type\": \"int\", \"size\": 4}]}"
+
+KF_TEST(open__signatures_after_the_kernels_reach_every_kernel_before_open_returns) {
+  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL};
+  char *man, *cache = wide_cache(40, &proj, &man), *text;
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  const char *name, *type;
+  size_t size;
+  uintptr_t x = 0x1000;
+  int rows = 2;
+  kf_arg args[] = {{&x, 8}, {&rows, 4}};
+  fresh();
+  sign_after_kernels(man, "{\"k\": " K_SIG ", \"proj\": " PROJ_SIG "}");
+  text = slurp(man);
+  KF_CHECK(strstr(text, "\"params\"") > strstr(text, "\"kernels\""));
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 41);
+  for (int i = 0; i < 41; i++) {
+    KF_CHECK(kf_runtime_kernel(rt, i, &k) == KF_OK);
+    KF_CHECK(kf_kernel_param_count(k) == (i < 40 ? 2 : 5));
+    KF_CHECK(kf_kernel_param(k, kf_kernel_param_count(k) - 1, &name, &type, &size) == KF_OK);
+    KF_CHECK_STR_EQ(name, "rows");
+  }
+  KF_CHECK(kf_kernel_find(rt, "proj", 3, &k) == KF_OK);
+  KF_CHECK(kf_kernel_param(k, 3, &name, &type, &size) == KF_OK);
+  KF_CHECK_STR_EQ(name, "n");
+  KF_CHECK_STR_EQ(type, "long long");
+  KF_CHECK(size == 8);
+  /* the trailing int rows is known: rows past the width are refused */
+  KF_CHECK(kf_kernel_find(rt, "k", 1, &k) == KF_OK && kf_kernel_width(k) == 1);
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 2) == KF_ERR_ARGS);
+  KF_CHECK_CONTAINS(kf_last_error(), "rows is 2, must be 1..1");
+  rows = 1;
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 2) == KF_OK);
+  kf_runtime_close(rt);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  fx_remove_tree(cache);
+  free(cache);
+  free(man);
+  free(text);
+}
+
+KF_TEST(open__bad_signature_after_many_good_entries_is_refused_and_nothing_stays_loaded) {
+  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL};
+  char *man, *cache = wide_cache(40, &proj, &man), *plain = slurp(man), *good;
+  const char *bad_type = "signatures.k.params[0].type: error: unknown type 'double'";
+  kf_runtime *rt = (kf_runtime *)1;
+  long retained;
+  fresh();
+  retained = fq_stat(FAKE_CUDA_PATH, "retained");
+  sign_after_kernels(man, "{\"k\": {\"params\": [{\"name\": \"x\", \"type\": \"double\", "
+                          "\"size\": 8}]}, \"proj\": " PROJ_SIG "}");
+  good = slurp(man);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), man);
+  KF_CHECK_CONTAINS(kf_last_error(), bad_type);
+  /* the loads did not wait for the signatures; all were undone */
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 41);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "unloads") == 41);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained);
+  KF_CHECK(open_cuda(cache, 1, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), bad_type);
+
+  /* with a bad entry too, the signature is the reason, as when the
+   * signatures were parsed before any entry */
+  *(strstr(entry(good, 5), "\"checksum\": \"") + 13) = 'g';
+  KF_CHECK(fx_write_file(man, good, strlen(good)) == 0);
+  for (int lazy = 0; lazy < 2; lazy++) {
+    KF_CHECK(open_cuda(cache, lazy, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+    KF_CHECK_CONTAINS(kf_last_error(), bad_type);
+    KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  }
+
+  /* no signature for the last kernel's kind: that kernel is named */
+  KF_CHECK(fx_write_file(man, plain, strlen(plain)) == 0);
+  sign_after_kernels(man, "{\"k\": " K_SIG "}");
+  fq_reset(FAKE_CUDA_PATH);
+  for (int lazy = 0; lazy < 2; lazy++) {
+    KF_CHECK(open_cuda(cache, lazy, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+    KF_CHECK_CONTAINS(kf_last_error(), "kernels[40].params: error: missing, and \"signatures\" "
+                                       "has no entry for kind 'proj'");
+    KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  }
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == fq_stat(FAKE_CUDA_PATH, "unloads"));
+  fx_remove_tree(cache);
+  free(cache);
+  free(man);
+  free(good);
+  free(plain);
+}
+
 /* ---- programmatic launches ---------------------------------------------- */
 
 /* The std-style cache with the entry of `id` given launch.programmatic =
