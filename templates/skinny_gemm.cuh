@@ -89,17 +89,8 @@ __host__ __device__ constexpr bool gemm_rotate(int K) {
 // Dynamic shared memory of one block, as launch.shared_bytes of
 // skinny_gemm.json and gate_up_silu.json spells it: none below kGemmLongK
 // (static ring), 64 KB from there (the ring, then the warps' partial tiles).
-// KF_GEMM_SHORT_K_DEEP (tuning knob, default 0): the dynamic 64 KB ring also
-// below K = 4096 (the Qwen3-0.6B shapes: every unit of a warp in flight at
-// once); the schemas' shared_bytes must then add 65536 * (1 / (K / 4096 + 1)).
-#ifndef KF_GEMM_SHORT_K_DEEP
-#define KF_GEMM_SHORT_K_DEEP 0
-#endif // KF_GEMM_SHORT_K_DEEP
-__host__ __device__ constexpr bool gemm_dyn_ring(int K) {
-  return K >= kGemmLongK || (KF_GEMM_SHORT_K_DEEP && K < 4096);
-}
 __host__ __device__ constexpr int gemm_dyn_smem_bytes(int K) {
-  return gemm_dyn_ring(K) ? 65536 : 0;
+  return 65536 * (1 - 1 / (K / kGemmLongK + 1));
 }
 
 #if KF_USE_MMA
@@ -278,7 +269,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_USE_MMA
   constexpr int kWarps = THREADS / 32;
   static_assert(K % (32 * kWarps) == 0, "K must be a multiple of 32 * warps per block");
-  constexpr bool kLong = gemm_dyn_ring(K);
+  constexpr bool kLong = K >= kGemmLongK;
   constexpr int kInFlight = kLong ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT;
   constexpr int kUnroll = kInFlight / NT > 0 ? kInFlight / NT : 1;
   // The line ring holds the same bytes as the fragment ring: slots of 2 KB
