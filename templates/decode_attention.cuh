@@ -40,8 +40,7 @@ constexpr int kAttnTile = 16;     // tokens per tile
 // One warp's running softmax state for the G query heads of a kv head, in a
 // form both code paths produce: per head the running max m (log2 units), the
 // running sum l and the unnormalised output o[HEAD_DIM].
-template <int G, int D, int NW>
-struct attn_partials {
+template <int G, int D, int NW> struct attn_partials {
   float m[NW][G];
   float l[NW][G];
   float o[NW][G][D];
@@ -65,26 +64,27 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // instructions: K tokens 8 nt + g at head-dim 32 j + 8 t; V tokens
 // {2t, 2t+1, 8+2t, 9+2t} at head-dim 64 hh + 8 g. Tokens >= len are zeros
 // (never read: a page's tail may hold anything, NaN included).
-template <int D>
-struct kv_tile {
+template <int D> struct kv_tile {
   vec8 k[2][D / 32];
   vec8 v[4][D / 64];
 };
 
 // page: the cache page holding the tile (a tile never straddles pages).
 template <int D, int HKV, int PAGE_SIZE>
-KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16 *v_cache,
-                            int page, int kv_head, int len, int tile, int lane) {
+KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16 *v_cache, int page,
+                            int kv_head, int len, int tile, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = tile * kAttnTile;
-  const long long base = ((long long)page * PAGE_SIZE + tok0 % PAGE_SIZE) * HKV * D + (long long)kv_head * D;
+  const long long base =
+      ((long long)page * PAGE_SIZE + tok0 % PAGE_SIZE) * HKV * D + (long long)kv_head * D;
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) {
     const int tok = tok0 + 8 * nt + g;
     const bool ok = tok < len;
     const kf_bf16 *p = k_cache + base + (long long)(8 * nt + g) * HKV * D;
 #pragma unroll
-    for (int j = 0; j < D / 32; ++j) r.k[nt][j] = ok ? load_stream(p + 32 * j + 8 * t) : zero_vec();
+    for (int j = 0; j < D / 32; ++j)
+      r.k[nt][j] = ok ? load_stream(p + 32 * j + 8 * t) : zero_vec();
   }
 #pragma unroll
   for (int a = 0; a < 4; ++a) {
@@ -92,7 +92,8 @@ KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16
     const bool ok = tok < len;
     const kf_bf16 *p = v_cache + base + (long long)(tok - tok0) * HKV * D;
 #pragma unroll
-    for (int hh = 0; hh < D / 64; ++hh) r.v[a][hh] = ok ? load_stream(p + 64 * hh + 8 * g) : zero_vec();
+    for (int hh = 0; hh < D / 64; ++hh)
+      r.v[a][hh] = ok ? load_stream(p + 64 * hh + 8 * g) : zero_vec();
   }
 }
 
@@ -121,7 +122,8 @@ KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
   uint32_t qa[KJ][2][2];
 #pragma unroll
   for (int j = 0; j < KJ; ++j) {
-    const vec8 qv = g < G ? load_shared_ro(q_head0 + (long long)g * D + 32 * j + 8 * t) : zero_vec();
+    const vec8 qv =
+        g < G ? load_shared_ro(q_head0 + (long long)g * D + 32 * j + 8 * t) : zero_vec();
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       qa[j][hf][0] = qv.w[2 * hf];
@@ -132,10 +134,13 @@ KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
   float m_run = -INFINITY, l_run = 0.f;
   float o[MT][4];
 #pragma unroll
-  for (int i = 0; i < MT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int i = 0; i < MT; ++i)
+    o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
 
   // Page numbers are read a tile ahead of the loads that need them.
-  auto page_of = [&](int tile) { return tile < end_tile ? page_row[tile * kAttnTile / PAGE_SIZE] : 0; };
+  auto page_of = [&](int tile) {
+    return tile < end_tile ? page_row[tile * kAttnTile / PAGE_SIZE] : 0;
+  };
   kv_tile<D> cur, nxt;
   if (first_tile < end_tile)
     load_kv_tile<D, HKV, PAGE_SIZE>(cur, k_cache, v_cache, page_of(first_tile), kv_head, len,
@@ -259,7 +264,8 @@ KF_DEVICE void attend_tiles_generic(const kf_bf16 *q_head0, const kf_bf16 *k_cac
     l[h] = 0.f;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
-      const uint16_t bits = reinterpret_cast<const uint16_t *>(q_head0)[h * D + lane + i * kWarpSize];
+      const uint16_t bits =
+          reinterpret_cast<const uint16_t *>(q_head0)[h * D + lane + i * kWarpSize];
       q[h][i] = __uint_as_float((uint32_t)bits << 16);
       o[h][i] = 0.f;
     }
@@ -270,21 +276,27 @@ KF_DEVICE void attend_tiles_generic(const kf_bf16 *q_head0, const kf_bf16 *k_cac
       float kf[PER], vf[PER];
 #pragma unroll
       for (int i = 0; i < PER; ++i) {
-        kf[i] = __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(k_cache)[off + lane + i * kWarpSize] << 16);
-        vf[i] = __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(v_cache)[off + lane + i * kWarpSize] << 16);
+        kf[i] = __uint_as_float(
+            (uint32_t) reinterpret_cast<const uint16_t *>(k_cache)[off + lane + i * kWarpSize]
+            << 16);
+        vf[i] = __uint_as_float(
+            (uint32_t) reinterpret_cast<const uint16_t *>(v_cache)[off + lane + i * kWarpSize]
+            << 16);
       }
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         float s = 0.f;
 #pragma unroll
-        for (int i = 0; i < PER; ++i) s = fmaf(q[h][i], kf[i], s);
+        for (int i = 0; i < PER; ++i)
+          s = fmaf(q[h][i], kf[i], s);
         s = warp_sum(s) * scale_log2;
         const float m_new = fmaxf(m[h], s);
         const float corr = exp2f(m[h] - m_new), p = exp2f(s - m_new);
         l[h] = l[h] * corr + p;
         m[h] = m_new;
 #pragma unroll
-        for (int i = 0; i < PER; ++i) o[h][i] = fmaf(p, vf[i], o[h][i] * corr);
+        for (int i = 0; i < PER; ++i)
+          o[h][i] = fmaf(p, vf[i], o[h][i] * corr);
       }
     }
   }
@@ -295,7 +307,8 @@ KF_DEVICE void attend_tiles_generic(const kf_bf16 *q_head0, const kf_bf16 *k_cac
       part.l[warp][h] = l[h];
     }
 #pragma unroll
-    for (int i = 0; i < PER; ++i) part.o[warp][h][lane + i * kWarpSize] = o[h][i];
+    for (int i = 0; i < PER; ++i)
+      part.o[warp][h][lane + i * kWarpSize] = o[h][i];
   }
 }
 
@@ -308,7 +321,8 @@ KF_DEVICE void merge_warps(const attn_partials<G, D, NW> &part, Emit emit) {
     const int h = e / D, d = e % D;
     float mx = part.m[0][h];
 #pragma unroll
-    for (int w = 1; w < NW; ++w) mx = fmaxf(mx, part.m[w][h]);
+    for (int w = 1; w < NW; ++w)
+      mx = fmaxf(mx, part.m[w][h]);
     float acc = 0.f, l = 0.f;
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
@@ -335,20 +349,27 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   constexpr int kPartFloats = G * D + (2 * G + 3) / 4 * 4;
 
   __shared__ attn_partials<G, D, NW> part;
-  __shared__ float range_w[SPLITS][G]; // m of each range, then its weight
-  __shared__ float range_s[SPLITS][G]; // l of each range
-  __shared__ float range_l[G];
+  // The merge's stage: as many whole records as fit beside the rest of the
+  // block's static shared memory, below 48 KB (16 of 32 ranges for 4 heads).
+  constexpr int kRecBytes = kPartFloats * 4;
+  constexpr int kStageBytes = 46 * 1024 - (int)sizeof(attn_partials<G, D, NW>);
+  constexpr int kStage = kStageBytes / kRecBytes < 1        ? 1
+                         : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
+                                                            : SPLITS;
+  __shared__ __align__(16) float stage[kStage * kPartFloats];
   __shared__ int is_last;
 
   grid_dep_wait(); // q and this step's K/V rows come from the previous kernel
   const int split = (int)blockIdx.x, kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
-  if (row >= rows) return;
+  if (row >= rows)
+    return;
   const int len = seq_lens[row];
   const int n_tiles = (len + kAttnTile - 1) / kAttnTile;
   // At most SPLITS ranges, and at least one tile per warp in each.
   const int per_range = max((n_tiles + SPLITS - 1) / SPLITS, NW);
   const int n_ranges = max((n_tiles + per_range - 1) / per_range, 1); // 1 when len == 0: zeros
-  if (split >= n_ranges) return;
+  if (split >= n_ranges)
+    return;
   const int tile0 = split * per_range;
   const int tile1 = min(tile0 + per_range, n_tiles);
 
@@ -362,7 +383,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
 #else
   attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
                                           tile0 + warp, tile1, NW, scale_log2, part, warp, lane);
-#endif // KF_USE_MMA
+#endif               // KF_USE_MMA
   grid_dep_launch(); // K and V are read: the next kernel may start its blocks
   __syncthreads();
 
@@ -388,63 +409,78 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   if (threadIdx.x == 0) {
     int *sem = semaphores + (long long)row * HKV + kv_head;
     is_last = atomicAdd(sem, 1) == n_ranges - 1;
-    if (is_last) *sem = 0; // every range has arrived: reset for the next launch
+    if (is_last)
+      *sem = 0; // every range has arrived: reset for the next launch
   }
   __syncthreads();
-  if (!is_last) return;
+  if (!is_last)
+    return;
   fence_device();
 
-  // Merge the ranges in range order. Every record is fetched with loads
-  // issued together (one range per thread, then 8 ranges per batch), not one
-  // dependent load after another.
-  for (int s = (int)threadIdx.x; s < n_ranges; s += kAttnThreads) {
+  // Merge the ranges in range order, a stage of kStage ranges at a time: the
+  // block copies a stage's records (contiguous in workspace) into shared
+  // memory with cp.async, every copy issued together, so a merge waits for
+  // one round trip to L2 per stage (2 for 32 ranges of 4 heads), then merges
+  // from there with a running maximum per head.
+  constexpr int kEl = (G * D / 4 + kAttnThreads - 1) / kAttnThreads; // float4 outputs per thread
+  float4 acc[kEl];
+  float l[kEl], mx[kEl];
 #pragma unroll
-    for (int h = 0; h < G; ++h) {
-      range_w[s][h] = load_coherent(ws_pair + (long long)s * kPartFloats + G * D + h);
-      range_s[s][h] = load_coherent(ws_pair + (long long)s * kPartFloats + G * D + G + h);
-    }
+  for (int q = 0; q < kEl; ++q) {
+    acc[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+    l[q] = 0.f;
+    mx[q] = -INFINITY;
   }
-  __syncthreads();
-  if ((int)threadIdx.x < G) {
-    const int h = (int)threadIdx.x;
-    float mx = -INFINITY;
-    for (int s = 0; s < n_ranges; ++s) mx = fmaxf(mx, range_w[s][h]);
-    float l = 0.f;
-    for (int s = 0; s < n_ranges; ++s) {
-      const float ms = range_w[s][h];
-      const float f = ms == -INFINITY ? 0.f : exp2f(ms - mx);
-      range_w[s][h] = f;
-      l = fmaf(range_s[s][h], f, l);
-    }
-    range_l[h] = l;
-  }
-  __syncthreads();
-  constexpr int kBatch = 8;
-  for (int e = (int)threadIdx.x; e < G * D / 4; e += kAttnThreads) {
-    const int h = e / (D / 4), d = 4 * (e % (D / 4));
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < n_ranges; s0 += kBatch) {
-      float4 v[kBatch];
+  for (int s0 = 0; s0 < n_ranges; s0 += kStage) {
+    const int nb = min(kStage, n_ranges - s0);
+    const float *src = ws_pair + (long long)s0 * kPartFloats;
+    for (int c = (int)threadIdx.x; c < nb * kPartFloats / 4; c += kAttnThreads)
+      async_copy16(stage + 4 * c, src + 4 * c);
+    async_commit();
+    async_wait<0>();
+    __syncthreads();
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (s0 + u < n_ranges) v[u] = load_coherent4(ws_pair + (long long)(s0 + u) * kPartFloats + h * D + d);
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (s0 + u < n_ranges) {
-          const float f = range_w[s0 + u][h];
-          acc.x = fmaf(v[u].x, f, acc.x);
-          acc.y = fmaf(v[u].y, f, acc.y);
-          acc.z = fmaf(v[u].z, f, acc.z);
-          acc.w = fmaf(v[u].w, f, acc.w);
+    for (int q = 0; q < kEl; ++q) {
+      const int e = (int)threadIdx.x + q * kAttnThreads;
+      if (e < G * D / 4) {
+        const int h = e / (D / 4), d = 4 * (e % (D / 4));
+        float bmx = mx[q];
+        for (int u = 0; u < nb; ++u)
+          bmx = fmaxf(bmx, stage[u * kPartFloats + G * D + h]);
+        const float c = mx[q] == -INFINITY ? 0.f : exp2f(mx[q] - bmx); // bmx >= mx, finite
+        acc[q].x *= c;
+        acc[q].y *= c;
+        acc[q].z *= c;
+        acc[q].w *= c;
+        l[q] *= c;
+        for (int u = 0; u < nb; ++u) {
+          const float *rec_u = stage + u * kPartFloats;
+          const float ms = rec_u[G * D + h];
+          const float f = ms == -INFINITY ? 0.f : exp2f(ms - bmx);
+          const float4 v = *reinterpret_cast<const float4 *>(rec_u + h * D + d);
+          acc[q].x = fmaf(v.x, f, acc[q].x);
+          acc[q].y = fmaf(v.y, f, acc[q].y);
+          acc[q].z = fmaf(v.z, f, acc[q].z);
+          acc[q].w = fmaf(v.w, f, acc[q].w);
+          l[q] = fmaf(rec_u[G * D + G + h], f, l[q]);
         }
+        mx[q] = bmx;
       }
     }
-    const float inv = range_l[h] > 0.f ? 1.f / range_l[h] : 0.f;
-    kf_bf16 *o = out_head0 + h * D + d;
-    store_bf16(o, acc.x * inv);
-    store_bf16(o + 1, acc.y * inv);
-    store_bf16(o + 2, acc.z * inv);
-    store_bf16(o + 3, acc.w * inv);
+    __syncthreads(); // every thread is done with the stage before the next copy
+  }
+#pragma unroll
+  for (int q = 0; q < kEl; ++q) {
+    const int e = (int)threadIdx.x + q * kAttnThreads;
+    if (e < G * D / 4) {
+      const int h = e / (D / 4), d = 4 * (e % (D / 4));
+      const float inv = l[q] > 0.f ? 1.f / l[q] : 0.f;
+      kf_bf16 *o = out_head0 + h * D + d;
+      store_bf16(o, acc[q].x * inv);
+      store_bf16(o + 1, acc[q].y * inv);
+      store_bf16(o + 2, acc[q].z * inv);
+      store_bf16(o + 3, acc[q].w * inv);
+    }
   }
 }
 
