@@ -28,7 +28,13 @@ KF_DEVICE void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
-  (void)c; (void)a0; (void)a1; (void)a2; (void)a3; (void)b0; (void)b1;
+  (void)c;
+  (void)a0;
+  (void)a1;
+  (void)a2;
+  (void)a3;
+  (void)b0;
+  (void)b1;
 #endif // KF_USE_MMA
 }
 
@@ -38,12 +44,13 @@ struct wtile16 {
   vec8 lo, hi;
 };
 
-KF_DEVICE wtile16 load_w16(const kf_bf16 *w, long long ld, int k, int lane) {
+// lo, hi: where the tile's rows 0..7 and 8..15 start.
+KF_DEVICE wtile16 load_w16(const kf_bf16 *lo, const kf_bf16 *hi, long long ld, int k, int lane) {
   const int g = lane >> 2, t = lane & 3;
-  const kf_bf16 *p = w + (long long)g * ld + k + 8 * t;
+  const long long off = (long long)g * ld + k + 8 * t;
   wtile16 r;
-  r.lo = load_stream(p);
-  r.hi = load_stream(p + 8 * ld);
+  r.lo = load_stream(lo + off);
+  r.hi = load_stream(hi + off);
   return r;
 }
 
@@ -52,12 +59,12 @@ KF_DEVICE wtile16 load_w16(const kf_bf16 *w, long long ld, int k, int lane) {
 // Branch-free, so that the loads of several steps stay in one basic block
 // and are all issued before the first use: lanes of missing rows read row 0
 // (a real row; pad rows are never read) and keep zeros.
-template <int W>
-KF_DEVICE vec8 load_x8(const kf_bf16 *x, long long ld, int k, int lane, int rows) {
+template <int W> KF_DEVICE vec8 load_x8(const kf_bf16 *x, long long ld, int k, int lane, int rows) {
   const int g = lane >> 2, t = lane & 3;
   const bool real = g < W && g < rows;
   vec8 v = load_shared_ro(x + (real ? (long long)g * ld : 0) + k + 8 * t);
-  if (!real) v = zero_vec();
+  if (!real)
+    v = zero_vec();
   return v;
 }
 
@@ -78,9 +85,9 @@ KF_DEVICE int acc_xrow(int lane, int j) { return 2 * (lane & 3) + (j & 1); }
 // accumulated in a fixed order (32-k steps in increasing k). U steps of loads
 // are issued before their first use to keep enough bytes in flight.
 template <int NT, int U, int W>
-KF_DEVICE void warp_gemm_tiles(float acc[NT][4], const kf_bf16 *w, const long long tile_off[NT],
-                               long long ldw, const kf_bf16 *x, long long ldx, int rows, int k0,
-                               int steps, int lane) {
+KF_DEVICE void warp_gemm_tiles(float acc[NT][4], const kf_bf16 *w, const long long lo[NT],
+                               const long long hi[NT], long long ldw, const kf_bf16 *x,
+                               long long ldx, int rows, int k0, int steps, int lane) {
   int s = 0;
   for (; s + U <= steps; s += U) {
     wtile16 wt[U][NT];
@@ -88,22 +95,26 @@ KF_DEVICE void warp_gemm_tiles(float acc[NT][4], const kf_bf16 *w, const long lo
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int i = 0; i < NT; ++i) wt[u][i] = load_w16(w + tile_off[i], ldw, k0 + 32 * (s + u), lane);
+      for (int i = 0; i < NT; ++i)
+        wt[u][i] = load_w16(w + lo[i], w + hi[i], ldw, k0 + 32 * (s + u), lane);
       xv[u] = load_x8<W>(x, ldx, k0 + 32 * (s + u), lane, rows);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int i = 0; i < NT; ++i) mma_k32(acc[i], wt[u][i], xv[u]);
+      for (int i = 0; i < NT; ++i)
+        mma_k32(acc[i], wt[u][i], xv[u]);
     }
   }
   for (; s < steps; ++s) {
     wtile16 wt[NT];
 #pragma unroll
-    for (int i = 0; i < NT; ++i) wt[i] = load_w16(w + tile_off[i], ldw, k0 + 32 * s, lane);
+    for (int i = 0; i < NT; ++i)
+      wt[i] = load_w16(w + lo[i], w + hi[i], ldw, k0 + 32 * s, lane);
     const vec8 xv = load_x8<W>(x, ldx, k0 + 32 * s, lane, rows);
 #pragma unroll
-    for (int i = 0; i < NT; ++i) mma_k32(acc[i], wt[i], xv);
+    for (int i = 0; i < NT; ++i)
+      mma_k32(acc[i], wt[i], xv);
   }
 }
 

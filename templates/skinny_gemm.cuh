@@ -103,9 +103,9 @@ __host__ __device__ constexpr int gemm_dyn_smem_bytes(int K) {
 // its steps in its fixed order: the result does not depend on W or rows.
 // XAHEAD: the activations of step j + 1 are loaded during step j (used from
 // kGemmLongK on: down_proj at R = 8 has 229 KB of x, more than L1 keeps).
-template <int K, int NT, int P, int NW, int THREADS, int W, bool XAHEAD = false>
-KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
-                                     const long long (&tile_off)[NT], const kf_bf16 *x, int rows,
+template <int K, int NT, int P, int NW, int THREADS, int W, bool XAHEAD = false, bool SPLIT = false>
+KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
+                                     const long long (&hi)[NT], const kf_bf16 *x, int rows,
                                      vec8 *ring, int warp, int lane) {
   constexpr int S = K / 32; // steps in all of K
   constexpr int n = S / NW; // steps per warp
@@ -116,8 +116,8 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
   const kf_bf16 *wl[NT][2];
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    wl[i][0] = w + tile_off[i] + (long long)g * K + 8 * t;
-    wl[i][1] = wl[i][0] + 8LL * K;
+    wl[i][0] = w + lo[i] + (long long)g * K + 8 * t;
+    wl[i][1] = SPLIT ? w + hi[i] + (long long)g * K + 8 * t : wl[i][0] + 8LL * K;
   }
   auto kstep = [&](int j) { return ((j / C) * NW + warp) * C + (j % C); };
   auto issue = [&](int j) {
@@ -171,9 +171,9 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w,
 // fragment reads (lanes 4g + t read chunk 4h + t of rows g and g + 8) are both
 // free of bank conflicts. A warp sums its units in a fixed order, so the
 // result does not depend on W or rows.
-template <int K, int NT, int P, int NW, int W>
-KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
-                                     const long long (&tile_off)[NT], const kf_bf16 *x, int rows,
+template <int K, int NT, int P, int NW, int W, bool SPLIT = false>
+KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
+                                     const long long (&hi)[NT], const kf_bf16 *x, int rows,
                                      vec8 *ring, int warp, int lane) {
   constexpr int S = K / 64; // units in all of K
   constexpr int n = S / NW; // units per warp
@@ -183,10 +183,12 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
   const int g = lane >> 2, t = lane & 3;
   const int crow = lane >> 3, cchunk = lane & 7; // this lane's copies: row 4q + crow
   vec8 *wring = ring + warp * P * kSlot;
-  const kf_bf16 *src[NT];
+  const kf_bf16 *src[NT][2]; // rows 0..7, rows 8..15 of tile i
 #pragma unroll
-  for (int i = 0; i < NT; ++i)
-    src[i] = w + tile_off[i] + (long long)crow * K + 8 * cchunk;
+  for (int i = 0; i < NT; ++i) {
+    src[i][0] = w + lo[i] + (long long)crow * K + 8 * cchunk;
+    src[i][1] = w + hi[i] + (long long)crow * K + 8 * cchunk;
+  }
   const int rot = gemm_rotate(K) ? (int)(blockIdx.x % (n / C)) * C : 0;
   auto kunit = [&](int j) {
     j += rot;
@@ -197,15 +199,18 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
     if (s < n * NT) {
       const int k = kunit(s / NT) * 64;
       const int i = s % NT;
-      const kf_bf16 *p = src[0];
+      const kf_bf16 *p0 = src[0][0], *p1 = src[0][1];
 #pragma unroll
-      for (int q = 1; q < NT; ++q)
-        p = i == q ? src[q] : p; // no run-time array index
+      for (int q = 1; q < NT; ++q) { // no run-time array index
+        p0 = i == q ? src[q][0] : p0;
+        p1 = i == q ? src[q][1] : p1;
+      }
       vec8 *slot = wring + (s % P) * kSlot;
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = 4 * q + crow;
-        async_copy16(slot + r * 8 + (cchunk ^ ((r & 1) << 2)), p + 4LL * q * K + k);
+        const kf_bf16 *from = SPLIT ? (q < 2 ? p0 : p1) + 4LL * (q & 1) * K : p0 + 4LL * q * K;
+        async_copy16(slot + r * 8 + (cchunk ^ ((r & 1) << 2)), from + k);
       }
     }
     async_commit(); // an empty group past the end keeps the wait count uniform
@@ -255,11 +260,22 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w,
 // row-major matrix at w + tile_off[i]) times the first `rows` rows of x
 // [W x K]. Calls epi(wrow, xrow, v) once for each weight row wrow (0..15) and
 // real activation row xrow (< rows), v[i] the fp32 dot product for tile i.
-template <int K, int NT, int W, int THREADS, class Epi>
+template <int K, int NTI, int W, int THREADS, bool HALVES = false, class Epi>
 KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
-                                 const long long (&tile_off)[NT], int rows, Epi epi) {
+                                 const long long (&tile_off)[NTI], int rows, Epi epi) {
   static_assert(W >= 1 && W <= 8, "skinny_gemm serves widths 1..8");
   static_assert(K % 8 == 0, "K must be a multiple of 8");
+  static_assert(!HALVES || NTI == 2, "halves: two 8-row halves of one 16-row tile");
+  // The matrix tiles: NTI of 16 rows, or (HALVES) one made of rows 0..7 at
+  // tile_off[0] and rows 0..7 at tile_off[1]. lo / hi: where a tile's rows
+  // 0..7 / 8..15 start.
+  constexpr int NT = HALVES ? 1 : NTI;
+  long long lo[NT], hi[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    lo[i] = tile_off[i];
+    hi[i] = HALVES ? tile_off[NTI - 1] : tile_off[i] + 8LL * K;
+  }
   __shared__ float res[NT][kGemmTileRows][8];
 #if !(KF_USE_MMA && KF_GEMM_ASYNC)
   grid_dep_wait(); // the register-load and portable paths fetch nothing ahead
@@ -296,16 +312,16 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
     if constexpr (kLines) {
       static_assert(kWarps * kLineSlotsLong * 128 * 16 <= gemm_dyn_smem_bytes(K),
                     "line ring exceeds shared_bytes");
-      warp_gemm_tiles_lines<K, NT, kLineSlotsLong, kWarps, W>(acc, w, tile_off, x, rows, ring, warp,
-                                                              lane);
+      warp_gemm_tiles_lines<K, NT, kLineSlotsLong, kWarps, W, HALVES>(acc, w, lo, hi, x, rows, ring,
+                                                                      warp, lane);
     } else {
-      warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W, true>(acc, w, tile_off, x, rows,
-                                                                      ring, warp, lane);
+      warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
+          acc, w, lo, hi, x, rows, ring, warp, lane);
     }
     __syncthreads(); // every warp is done with the ring before it is reused
 #else
     constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
-    warp_gemm_tiles<NT, kUnroll, W>(acc, w, tile_off, K, x, K, rows, warp * kSteps * 32, kSteps,
+    warp_gemm_tiles<NT, kUnroll, W>(acc, w, lo, hi, K, x, K, rows, warp * kSteps * 32, kSteps,
                                     lane);
 #endif // KF_GEMM_ASYNC
     red = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem);
@@ -314,16 +330,16 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_GEMM_ASYNC
     if constexpr (kLines) {
       __shared__ vec8 ring[kWarps * kLineSlots * 128];
-      warp_gemm_tiles_lines<K, NT, kLineSlots, kWarps, W>(acc, w, tile_off, x, rows, ring, warp,
-                                                          lane);
+      warp_gemm_tiles_lines<K, NT, kLineSlots, kWarps, W, HALVES>(acc, w, lo, hi, x, rows, ring,
+                                                                  warp, lane);
     } else {
       __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
-      warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W>(acc, w, tile_off, x, rows, ring,
-                                                                warp, lane);
+      warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(
+          acc, w, lo, hi, x, rows, ring, warp, lane);
     }
 #else
     constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
-    warp_gemm_tiles<NT, kUnroll, W>(acc, w, tile_off, K, x, K, rows, warp * kSteps * 32, kSteps,
+    warp_gemm_tiles<NT, kUnroll, W>(acc, w, lo, hi, K, x, K, rows, warp * kSteps * 32, kSteps,
                                     lane);
 #endif // KF_GEMM_ASYNC
     red = red_short;
@@ -350,11 +366,11 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   constexpr int kWarps = THREADS / kWarpSize;
   for (int p = warp; p < NT * kGemmTileRows; p += kWarps) {
     const int i = p / kGemmTileRows, m = p % kGemmTileRows;
-    long long off = tile_off[0];
+    long long off = m < 8 ? lo[0] : hi[0];
 #pragma unroll
     for (int q = 1; q < NT; ++q)
-      off = i == q ? tile_off[q] : off; // no run-time array index
-    const kf_bf16 *wr = w + off + (long long)m * K;
+      off = i == q ? (m < 8 ? lo[q] : hi[q]) : off; // no run-time array index
+    const kf_bf16 *wr = w + off + (long long)(m & 7) * K;
     float acc[W];
 #pragma unroll
     for (int r = 0; r < W; ++r)
@@ -382,13 +398,16 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   }
 #endif // KF_USE_MMA
   __syncthreads();
-  if (tid < kGemmTileRows * 8) {
-    const int wrow = tid % kGemmTileRows, xrow = tid / kGemmTileRows;
+  // HALVES: each half is an 8-row tile to the epilogue (v[0] row wrow, v[1]
+  // row 8 + wrow of the matrix tile).
+  constexpr int kOutRows = HALVES ? kGemmTileRows / 2 : kGemmTileRows;
+  if (tid < kOutRows * 8) {
+    const int wrow = tid % kOutRows, xrow = tid / kOutRows;
     if (xrow < W && xrow < rows) {
-      float v[NT];
+      float v[NTI];
 #pragma unroll
-      for (int i = 0; i < NT; ++i)
-        v[i] = res[i][wrow][xrow];
+      for (int i = 0; i < NTI; ++i)
+        v[i] = HALVES ? res[0][wrow + 8 * i][xrow] : res[i][wrow][xrow];
       epi(wrow, xrow, v);
     }
   }
