@@ -15,15 +15,21 @@ namespace kf {
 
 KF_DEVICE float silu_mul(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
-// Entry: grid [INTERMEDIATE / 16], block [256], shared_bytes
+// Entry: grid [INTERMEDIATE / (16 - 8 HALF_TILES)], block [256], shared_bytes
 // gemm_dyn_smem_bytes(K). x [rows x K], w [2*INTERMEDIATE x K], out [rows x
 // INTERMEDIATE].
 template <class P>
 KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *out, int rows) {
   static_assert(P::INTERMEDIATE % kGemmTileRows == 0, "INTERMEDIATE must be a multiple of 16");
-  const int n0 = (int)blockIdx.x * kGemmTileRows;
+  // HALF_TILES: 8 gate rows and the matching 8 up rows make one 16-row
+  // matrix tile (measured on the H200, docs/perf-notes.md v5c: Qwen3-8B's
+  // 768 blocks of 16 + 16 rows leave the second wave of 5-per-SM blocks
+  // mostly empty; 1536 of 8 + 8 went from 84% to 91% of the read ceiling,
+  // while Llama's and Qwen3-0.6B's lost at R = 8).
+  constexpr int kRows = P::HALF_TILES ? kGemmTileRows / 2 : kGemmTileRows;
+  const int n0 = (int)blockIdx.x * kRows;
   const long long off[2] = {(long long)n0 * P::K, (long long)(P::INTERMEDIATE + n0) * P::K};
-  skinny_gemm_block<P::K, 2, P::W, kGemmThreads>(
+  skinny_gemm_block<P::K, 2, P::W, kGemmThreads, P::HALF_TILES != 0>(
       x, w, off, rows, [&](int wrow, int xrow, const float *v) {
         store_bf16(out + (long long)xrow * P::INTERMEDIATE + n0 + wrow, silu_mul(v[0], v[1]));
       });
