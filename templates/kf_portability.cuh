@@ -12,15 +12,18 @@
 
 #include <stdint.h>
 
+// The runtime header first, then the bf16 one.
+// clang-format off
 #if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 #define KF_VENDOR_HIP 1
-#include <hip/hip_bf16.h>
 #include <hip/hip_runtime.h>
+#include <hip/hip_bf16.h>
 #else
 #define KF_VENDOR_HIP 0
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #endif // defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
+// clang-format on
 
 // ---- the architecture code -------------------------------------------------
 #if KF_VENDOR_HIP
