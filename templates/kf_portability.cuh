@@ -118,7 +118,10 @@ struct alignas(16) vec8 {
 };
 
 // A load of data read once per launch (weights, KV cache): no L1 allocation,
-// so that activations re-read by many blocks keep their L1 lines.
+// so that activations re-read by many blocks keep their L1 lines. The
+// compiler sees no memory access in this asm and may move it across
+// grid_dep_wait: use it only for data no kernel before this one in the
+// stream writes (weights), or in kernels launched ordinarily.
 KF_DEVICE vec8 load_stream(const void *p) {
   vec8 v;
 #if KF_ARCH_IS_NVIDIA
@@ -132,12 +135,17 @@ KF_DEVICE vec8 load_stream(const void *p) {
 }
 
 // A load of data many blocks read (activations): cached at every level.
+// __ldg (ld.global.nc) rather than inline asm, so that the compiler knows it
+// reads memory and keeps it after grid_dep_wait: the activations come from
+// the kernel before, and a load hoisted above the wait reads them unwritten.
 KF_DEVICE vec8 load_shared_ro(const void *p) {
 #if KF_ARCH_IS_NVIDIA
+  const uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
   vec8 v;
-  asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-      : "l"(p));
+  v.w[0] = u.x;
+  v.w[1] = u.y;
+  v.w[2] = u.z;
+  v.w[3] = u.w;
   return v;
 #else
   return *reinterpret_cast<const vec8 *>(p);
