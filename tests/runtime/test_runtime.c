@@ -33,14 +33,27 @@ static char *std_cache(const char *const *arches, int n) {
   return dir;
 }
 
-static kf_status open_cuda(const char *cache, int lazy, kf_runtime **rt) {
+/* Options for model in cache, through the driver library at driver (NULL:
+ * the environment's, then the default names), backend auto. */
+static kf_runtime_options options(const char *cache, const char *model, const char *driver) {
   kf_runtime_options o;
   kf_runtime_options_init(&o);
   o.cache_dir = cache;
-  o.model = "m";
+  o.model = model;
+  o.driver_path = driver;
+  return o;
+}
+
+/* Removes a test cache and frees its path. */
+static void drop_cache(char *cache) {
+  fx_remove_tree(cache);
+  free(cache);
+}
+
+static kf_status open_cuda(const char *cache, int lazy, kf_runtime **rt) {
+  kf_runtime_options o = options(cache, "m", FAKE_CUDA_PATH);
   o.lazy = lazy;
   o.backend = KF_BACKEND_CUDA;
-  o.driver_path = FAKE_CUDA_PATH;
   return kf_runtime_open(&o, rt);
 }
 
@@ -70,8 +83,7 @@ KF_TEST(open__loads_and_verifies_every_object_eagerly) {
   kf_runtime_close(rt);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(open__plain_sm_xy_serves_a_later_minor_and_sm_xya_does_not) {
@@ -106,8 +118,7 @@ KF_TEST(open__refuses_sm_100a_on_9_0_naming_what_it_runs_and_has) {
   KF_CHECK_CONTAINS(kf_last_error(), "compute capability 9.0");
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(open__refuses_a_damaged_object_naming_kernel_and_path) {
@@ -128,8 +139,7 @@ KF_TEST(open__refuses_a_damaged_object_naming_kernel_and_path) {
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") > 0);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "retained") == retained);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(obj);
 }
 
@@ -144,8 +154,7 @@ KF_TEST(open__refuses_a_truncated_object) {
   KF_CHECK_CONTAINS(kf_last_error(), "kernel m/proj/w4/sm_90a");
   KF_CHECK_CONTAINS(kf_last_error(), obj);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(obj);
 }
 
@@ -165,8 +174,7 @@ KF_TEST(open__refuses_a_missing_symbol_with_the_drivers_reason) {
   KF_CHECK_CONTAINS(kf_last_error(), "cuModuleGetFunction(&fn, mod, symbol)");
   KF_CHECK_CONTAINS(kf_last_error(), "CUDA_ERROR_NOT_FOUND (named symbol not found)");
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(open__refuses_a_manifest_of_a_newer_format) {
@@ -179,8 +187,7 @@ KF_TEST(open__refuses_a_manifest_of_a_newer_format) {
   KF_CHECK_CONTAINS(kf_last_error(), man);
   KF_CHECK_CONTAINS(kf_last_error(), "format 2 is newer");
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(man);
 }
 
@@ -193,8 +200,7 @@ KF_TEST(open__refuses_a_malformed_manifest_naming_its_path) {
   KF_CHECK(fx_write_file(man, "{\"format\": 1,\n \"model\": ", 24) == 0);
   KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
   KF_CHECK_CONTAINS(kf_last_error(), man);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(man);
 }
 
@@ -203,11 +209,8 @@ KF_TEST(open__reports_a_missing_driver_clearly) {
   char *cache = std_cache(arches, 1);
   kf_runtime_options o;
   kf_runtime *rt = NULL;
-  kf_runtime_options_init(&o);
-  o.cache_dir = cache;
-  o.model = "m";
+  o = options(cache, "m", "/nonexistent/libcuda.so.1");
   o.backend = KF_BACKEND_CUDA;
-  o.driver_path = "/nonexistent/libcuda.so.1";
   KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_DRIVER && rt == NULL);
   KF_CHECK_CONTAINS(kf_last_error(), "cannot open the CUDA driver /nonexistent/libcuda.so.1");
   /* Auto-detection names both drivers it looked for. */
@@ -220,8 +223,7 @@ KF_TEST(open__reports_a_missing_driver_clearly) {
   KF_CHECK_CONTAINS(kf_last_error(), "/nonexistent/libamdhip64.so");
   unsetenv("KFORGE_CUDA_DRIVER");
   unsetenv("KFORGE_HIP_RUNTIME");
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(open__refuses_a_device_ordinal_out_of_range) {
@@ -230,11 +232,8 @@ KF_TEST(open__refuses_a_device_ordinal_out_of_range) {
   kf_runtime_options o;
   kf_runtime *rt = NULL;
   fresh();
-  kf_runtime_options_init(&o);
-  o.cache_dir = cache;
-  o.model = "m";
+  o = options(cache, "m", FAKE_CUDA_PATH);
   o.device = 1;
-  o.driver_path = FAKE_CUDA_PATH;
   KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_DEVICE && rt == NULL);
   KF_CHECK_CONTAINS(kf_last_error(), "device 1 does not exist");
   setenv("FAKE_CUDA_INIT_ERROR", "100", 1);
@@ -243,8 +242,7 @@ KF_TEST(open__refuses_a_device_ordinal_out_of_range) {
   KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_DEVICE && rt == NULL);
   KF_CHECK_CONTAINS(kf_last_error(), "cuInit(0) failed: CUDA_ERROR_NO_DEVICE");
   unsetenv("FAKE_CUDA_INIT_ERROR");
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(open__refuses_a_model_with_no_manifests_or_a_bad_name) {
@@ -253,17 +251,13 @@ KF_TEST(open__refuses_a_model_with_no_manifests_or_a_bad_name) {
   kf_runtime_options o;
   kf_runtime *rt = NULL;
   fresh();
-  kf_runtime_options_init(&o);
-  o.cache_dir = cache;
-  o.model = "other";
-  o.driver_path = FAKE_CUDA_PATH;
+  o = options(cache, "other", FAKE_CUDA_PATH);
   KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_MANIFEST && rt == NULL);
   KF_CHECK_CONTAINS(kf_last_error(), "no manifests for model 'other'");
   o.model = "../m";
   KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_INVALID_ARGUMENT && rt == NULL);
   KF_CHECK(kf_runtime_open(NULL, &rt) == KF_ERR_INVALID_ARGUMENT);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(find__picks_the_smallest_width_covering_rows) {
@@ -281,8 +275,7 @@ KF_TEST(find__picks_the_smallest_width_covering_rows) {
   KF_CHECK(kf_kernel_find(rt, "proj", 1, &k) == KF_OK);
   KF_CHECK_STR_EQ(kf_kernel_id(k), "m/proj/w4/sm_90a");
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(find__rows_above_the_largest_width_get_a_distinct_status) {
@@ -302,8 +295,7 @@ KF_TEST(find__rows_above_the_largest_width_get_a_distinct_status) {
   KF_CHECK(kf_kernel_find(rt, "norm", 0, &k) == KF_ERR_INVALID_ARGUMENT);
   KF_CHECK(KF_ERR_NO_WIDTH != KF_ERR_NO_KIND);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(launch__uses_the_manifests_config_and_passes_the_arguments) {
@@ -333,8 +325,7 @@ KF_TEST(launch__uses_the_manifests_config_and_passes_the_arguments) {
   memcpy(&got_eps, &l.params[2], sizeof got_eps);
   KF_CHECK(got_eps == 0.5f && l.params[3] == 3);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(launch__refuses_a_wrong_argument_count_without_launching) {
@@ -356,8 +347,7 @@ KF_TEST(launch__refuses_a_wrong_argument_count_without_launching) {
   KF_CHECK_CONTAINS(reason, "const float* x, float* y, float eps, int rows");
   KF_CHECK_STR_EQ(kf_last_error(), reason);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(launch__refuses_a_wrong_argument_size_without_launching) {
@@ -381,8 +371,7 @@ KF_TEST(launch__refuses_a_wrong_argument_size_without_launching) {
   KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_OK);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 1);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(launch__refuses_rows_outside_one_to_width) {
@@ -403,8 +392,7 @@ KF_TEST(launch__refuses_rows_outside_one_to_width) {
   KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_ERR_ARGS);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 0);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(launch__opts_into_shared_memory_above_48_kib) {
@@ -456,8 +444,7 @@ KF_TEST(launch__leaves_the_callers_context_as_it_was) {
   KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_OK);
   KF_CHECK(get_current(&ctx) == 0 && ctx == NULL);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(lazy__loads_each_kernel_at_its_first_use_only) {
@@ -486,8 +473,7 @@ KF_TEST(lazy__loads_each_kernel_at_its_first_use_only) {
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 2);
   kf_runtime_close(rt);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(lazy__reports_a_damaged_object_at_find) {
@@ -506,8 +492,7 @@ KF_TEST(lazy__reports_a_damaged_object_at_find) {
   KF_CHECK(kf_kernel_find(rt, "norm", 4, &k) == KF_ERR_CHECKSUM);
   KF_CHECK(kf_kernel_find(rt, "norm", 2, &k) == KF_OK);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(obj);
 }
 
@@ -599,8 +584,7 @@ KF_TEST(readonly__open_find_launch_never_write_the_cache) {
   chmod_tree(cache, 1);
   free(before.text);
   free(after.text);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(introspection__params_launch_config_and_resources) {
@@ -636,8 +620,7 @@ KF_TEST(introspection__params_launch_config_and_resources) {
   KF_CHECK(kf_kernel_resources(k, &res) == KF_ERR_BAD_META);
   KF_CHECK_CONTAINS(kf_last_error(), meta);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(meta);
 }
 
@@ -663,17 +646,12 @@ KF_TEST(errors__statuses_have_distinct_texts_and_handles_keep_theirs) {
   KF_CHECK(kf_kernel_error(b, rb, sizeof rb) == KF_OK && rb[0] == '\0');
   KF_CHECK(kf_runtime_error(rt, rb, sizeof rb) == KF_OK);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 static kf_status open_hip(const char *cache, kf_runtime **rt) {
-  kf_runtime_options o;
-  kf_runtime_options_init(&o);
-  o.cache_dir = cache;
-  o.model = "m";
+  kf_runtime_options o = options(cache, "m", FAKE_HIP_PATH);
   o.backend = KF_BACKEND_HIP;
-  o.driver_path = FAKE_HIP_PATH;
   return kf_runtime_open(&o, rt);
 }
 
@@ -698,8 +676,7 @@ KF_TEST(hip__picks_the_manifest_whose_target_features_match) {
   KF_CHECK(fq_stat(FAKE_HIP_PATH, "launches") == 1);
   kf_runtime_close(rt);
   KF_CHECK(fq_stat(FAKE_HIP_PATH, "live_modules") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(hip__refuses_other_gfx_naming_what_it_runs_and_has) {
@@ -711,8 +688,7 @@ KF_TEST(hip__refuses_other_gfx_naming_what_it_runs_and_has) {
   KF_CHECK_CONTAINS(kf_last_error(), "device 0 is gfx942:sramecc+:xnack-");
   KF_CHECK_CONTAINS(kf_last_error(), "gfx942:xnack-, gfx942;");
   KF_CHECK_CONTAINS(kf_last_error(), "the cache has gfx90a, gfx942:xnack+");
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(hip__launch_selects_the_device_and_restores_the_callers) {
@@ -738,8 +714,7 @@ KF_TEST(hip__launch_selects_the_device_and_restores_the_callers) {
   KF_CHECK(set_device(0) == 0);
   kf_runtime_close(rt);
   unsetenv("FAKE_HIP_DEVICES");
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 KF_TEST(auto__falls_back_to_hip_when_cuda_is_absent) {
@@ -747,9 +722,7 @@ KF_TEST(auto__falls_back_to_hip_when_cuda_is_absent) {
   char *cache = std_cache(arches, 2);
   kf_runtime_options o;
   kf_runtime *rt = NULL;
-  kf_runtime_options_init(&o);
-  o.cache_dir = cache;
-  o.model = "m";
+  o = options(cache, "m", NULL);
   setenv("FAKE_HIP_ARCH", "gfx942:sramecc+:xnack-", 1);
   setenv("KFORGE_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
   setenv("KFORGE_HIP_RUNTIME", FAKE_HIP_PATH, 1);
@@ -766,8 +739,7 @@ KF_TEST(auto__falls_back_to_hip_when_cuda_is_absent) {
   kf_runtime_close(rt);
   unsetenv("KFORGE_CUDA_DRIVER");
   unsetenv("KFORGE_HIP_RUNTIME");
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
 }
 
 /* ---- the manifest streamed into an eager open -------------------------- */
@@ -859,8 +831,7 @@ KF_TEST(open__bad_entry_midway_is_refused_and_what_loaded_is_unloaded) {
   KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK && kf_runtime_kernel_count(rt) == 10);
   kf_runtime_close(rt);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(text);
   free(man);
 }
@@ -878,8 +849,7 @@ KF_TEST(open__repeated_kernel_id_after_many_good_ones_is_refused) {
   /* the eager open had loaded every kernel before the ids were compared */
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 41);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "unloads") == 41);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(man);
 }
 
@@ -897,8 +867,7 @@ KF_TEST(open__a_bad_entry_is_the_reason_even_after_a_damaged_object) {
   KF_CHECK_CONTAINS(kf_last_error(), "kernels[8].symbol: error:");
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 1);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(text);
   free(obj);
   free(man);
@@ -922,15 +891,11 @@ KF_TEST(open__header_mismatch_is_refused_before_any_load) {
   KF_CHECK(mkdir(other, 0755) == 0);
   *strchr(other + strlen(other), '\0') = '/';
   KF_CHECK(fx_write_file(other, text, strlen(text)) == 0);
-  kf_runtime_options_init(&o);
-  o.cache_dir = cache;
-  o.model = "other";
-  o.driver_path = FAKE_CUDA_PATH;
+  o = options(cache, "other", FAKE_CUDA_PATH);
   KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
   KF_CHECK_CONTAINS(kf_last_error(), "model: error: 'm' in a manifest of model 'other'");
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(from);
   free(to);
   free(other);
@@ -973,8 +938,7 @@ KF_TEST(open__members_in_another_order_and_compact_json_load_alike) {
   KF_CHECK(kf_kernel_launch(k, NULL, args, 4) == KF_OK);
   kf_runtime_close(rt);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(man);
   free(text);
   free(moved);
@@ -1050,8 +1014,7 @@ KF_TEST(open__signatures_after_the_kernels_reach_every_kernel_before_open_return
   KF_CHECK(kf_kernel_launch(k, NULL, args, 2) == KF_OK);
   kf_runtime_close(rt);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(man);
   free(text);
 }
@@ -1099,8 +1062,7 @@ KF_TEST(open__bad_signature_after_many_good_entries_is_refused_and_nothing_stays
     KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
   }
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "loads") == fq_stat(FAKE_CUDA_PATH, "unloads"));
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(man);
   free(good);
   free(plain);
@@ -1158,8 +1120,7 @@ KF_TEST(launch__programmatic_kernels_go_through_cuLaunchKernelEx_the_rest_do_not
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 2);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "programmatic_launches") == 1);
   kf_runtime_close(rt);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(man);
 }
 
@@ -1171,8 +1132,7 @@ KF_TEST(open__launch_programmatic_must_be_a_boolean) {
   KF_CHECK_CONTAINS(kf_last_error(),
                     "kernels[0].launch.programmatic: error: must be true or false");
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
-  fx_remove_tree(cache);
-  free(cache);
+  drop_cache(cache);
   free(man);
 }
 
