@@ -160,6 +160,14 @@ static char *records_diff(const kf_records *a, const kf_records *b) {
   return kf_buf_take(&out);
 }
 
+/* The inputs that differ between records a and b are exactly want. */
+#define CHECK_DIFF(a, b, want)                                                                     \
+  do {                                                                                             \
+    char *diff_ = records_diff(a, b);                                                              \
+    KF_CHECK_STR_EQ(diff_, want);                                                                  \
+    free(diff_);                                                                                   \
+  } while (0)
+
 /* The closure's file names, sorted and joined by ' ' (caller frees). */
 static char *closure_names(const kf_records *r) {
   kf_strv names = {0};
@@ -230,9 +238,7 @@ KF_TEST(digest__hip_closure_is_named_by_include_root_and_follows_changes) {
   KF_CHECK(strcmp(hip1.key, cuda) != 0);
   fx_write_free(root, "models/inc_b/vend.h", "#pragma once\nconstexpr int vend = 5;\n");
   KF_CHECK(digest_run(root, "m/k/w1/gfx90a", NULL, NULL, &hip2) == 0);
-  char *diff = records_diff(&hip1.rec, &hip2.rec);
-  KF_CHECK_STR_EQ(diff, "file @inc1/vend.h");
-  free(diff);
+  CHECK_DIFF(&hip1.rec, &hip2.rec, "file @inc1/vend.h");
   result_free(&hip1);
   result_free(&hip2);
 }
@@ -253,9 +259,7 @@ KF_TEST(digest__copies_at_different_paths_give_the_same_key) {
   digest_result ra, rb;
   KF_CHECK(digest_run(a, ID, NULL, NULL, &ra) == 0);
   KF_CHECK(digest_run(b, ID, NULL, NULL, &rb) == 0);
-  char *diff = records_diff(&ra.rec, &rb.rec);
-  KF_CHECK_STR_EQ(diff, "");
-  free(diff);
+  CHECK_DIFF(&ra.rec, &rb.rec, "");
   KF_CHECK_STR_EQ(ra.key, rb.key);
   for (size_t i = 0; i < ra.rec.n; i++) {
     KF_CHECK(!strstr(ra.rec.v[i].name, a) && !strstr(ra.rec.v[i].value, a));
@@ -293,9 +297,7 @@ KF_TEST(digest__changes_when_included_header_changes_a_token) {
                 "#pragma once\n// shared by every tk kernel\nconstexpr int tk_common = 2;\n");
   KF_CHECK(digest_run(root, ID, NULL, NULL, &after) == 0);
   KF_CHECK(strcmp(before.key, after.key) != 0);
-  char *diff = records_diff(&before.rec, &after.rec);
-  KF_CHECK_STR_EQ(diff, "file @templates/tk_common.cuh");
-  free(diff);
+  CHECK_DIFF(&before.rec, &after.rec, "file @templates/tk_common.cuh");
   result_free(&before);
   result_free(&after);
 }
@@ -414,9 +416,7 @@ KF_TEST(digest__changes_when_a_param_changes) {
   KF_CHECK(digest_run(root, ID, NULL, NULL, &n2) == 0);
   KF_CHECK(strcmp(n1.key, n2.key) != 0);
   KF_CHECK(strcmp(n1.key, w2.key) != 0);
-  char *diff = records_diff(&n1.rec, &n2.rec);
-  KF_CHECK_STR_EQ(diff, "source generated, param N");
-  free(diff);
+  CHECK_DIFF(&n1.rec, &n2.rec, "source generated, param N");
   result_free(&n1);
   result_free(&n2);
   result_free(&w2);
@@ -524,9 +524,7 @@ KF_TEST(digest__noop_run_reuses_the_dependency_record) {
   KF_CHECK(digest_run(root, ID, deps, NULL, &r2) == 0);
   KF_CHECK(r2.reparsed == 0);
   KF_CHECK_STR_EQ(r1.key, r2.key);
-  char *diff = records_diff(&r1.rec, &r2.rec);
-  KF_CHECK_STR_EQ(diff, "");
-  free(diff);
+  CHECK_DIFF(&r1.rec, &r2.rec, "");
   result_free(&r1);
   result_free(&r2);
   free(deps);
@@ -758,9 +756,7 @@ KF_TEST(digest__one_parse_serves_every_width_in_a_run) {
   }
   KF_CHECK(reparsed[0] == 1 && reparsed[1] == 0);
   KF_CHECK(strcmp(keys[0], keys[1]) != 0);
-  char *diff = records_diff(&rec[0], &rec[1]);
-  KF_CHECK_STR_EQ(diff, "source generated, param W");
-  free(diff);
+  CHECK_DIFF(&rec[0], &rec[1], "source generated, param W");
   /* the same as each width keyed in a run of its own */
   char alone[33];
   KF_CHECK(key_of(root, ids[1], alone) == 0);
