@@ -41,9 +41,11 @@ KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, int position, long long slo
   // Loads first, so that their latency overlaps the table's arithmetic.
   const vec8 raw = real ? load_shared_ro(qkv + (long long)head * D + 8 * j) : zero_vec();
   vec8 wraw = zero_vec();
-  if (QK_NORM && real) wraw = load_shared_ro((is_q ? q_norm_w : k_norm_w) + 8 * j);
+  if (QK_NORM && real)
+    wraw = load_shared_ro((is_q ? q_norm_w : k_norm_w) + 8 * j);
   rope_table<R>(position, cos_t, sin_t);
-  if (!real) return;
+  if (!real)
+    return;
 
   float v[8];
   unpack8(raw, v);
@@ -52,11 +54,13 @@ KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, int position, long long slo
     unpack8(wraw, w);
     float normed[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) normed[e] = v[e];
+    for (int e = 0; e < 8; ++e)
+      normed[e] = v[e];
     head_rmsnorm8<kGroup>(normed, w, eps);
     if (!is_v) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = normed[e];
+      for (int e = 0; e < 8; ++e)
+        v[e] = normed[e];
     }
   }
   rope_neox8<R>(v, cos_t, sin_t, !is_v);
@@ -72,9 +76,27 @@ KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, int position, long long slo
   }
 }
 
-template <class P>
-__host__ __device__ constexpr int rope_kv_write_threads() {
+template <class P> __host__ __device__ constexpr int rope_kv_write_threads() {
   return (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM / 8;
+}
+
+// Both entries: this block's row, after the previous kernel (qkv comes from
+// it); q_norm_w, k_norm_w and eps are used only with QK_NORM.
+template <class P, bool QK_NORM>
+KF_DEVICE void rope_kv_write_block(const kf_bf16 *qkv, const int *positions, const int *slots,
+                                   const kf_bf16 *q_norm_w, const kf_bf16 *k_norm_w, float eps,
+                                   kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache, int rows) {
+  static_assert(rope_kv_write_threads<P>() <= 1024, "too many heads for one block");
+  grid_dep_launch();
+  grid_dep_wait(); // qkv comes from the previous kernel
+  const int row = (int)blockIdx.x;
+  if (row >= rows)
+    return;
+  constexpr int kStride = (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM;
+  rope_kv_write_row<rope_config<P::HEAD_DIM, P>, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE,
+                    QK_NORM>(qkv + (long long)row * kStride, positions[row], slots[row], q_norm_w,
+                             k_norm_w, eps, q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM,
+                             k_cache, v_cache);
 }
 
 // Entry (no QK-norm): grid [W], block [(NUM_Q_HEADS + 2 NUM_KV_HEADS) *
@@ -82,16 +104,8 @@ __host__ __device__ constexpr int rope_kv_write_threads() {
 template <class P>
 KF_DEVICE void rope_kv_write_entry(const kf_bf16 *qkv, const int *positions, const int *slots,
                                    kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache, int rows) {
-  static_assert(rope_kv_write_threads<P>() <= 1024, "too many heads for one block");
-  grid_dep_launch();
-  grid_dep_wait(); // qkv comes from the previous kernel
-  const int row = (int)blockIdx.x;
-  if (row >= rows) return;
-  constexpr int kStride = (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM;
-  rope_kv_write_row<rope_config<P::HEAD_DIM, P>, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE,
-                    false>(qkv + (long long)row * kStride, positions[row], slots[row], nullptr,
-                           nullptr, 0.f, q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM,
-                           k_cache, v_cache);
+  rope_kv_write_block<P, false>(qkv, positions, slots, nullptr, nullptr, 0.f, q_out, k_cache,
+                                v_cache, rows);
 }
 
 // Entry (QK-norm, Qwen3): as rope_kv_write_entry, plus q_norm_w and k_norm_w
@@ -99,18 +113,10 @@ KF_DEVICE void rope_kv_write_entry(const kf_bf16 *qkv, const int *positions, con
 template <class P>
 KF_DEVICE void qknorm_rope_kv_write_entry(const kf_bf16 *qkv, const int *positions,
                                           const int *slots, const kf_bf16 *q_norm_w,
-                                          const kf_bf16 *k_norm_w, kf_bf16 *q_out,
-                                          kf_bf16 *k_cache, kf_bf16 *v_cache, int rows) {
-  static_assert(rope_kv_write_threads<P>() <= 1024, "too many heads for one block");
-  grid_dep_launch();
-  grid_dep_wait(); // qkv comes from the previous kernel
-  const int row = (int)blockIdx.x;
-  if (row >= rows) return;
-  constexpr int kStride = (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM;
-  rope_kv_write_row<rope_config<P::HEAD_DIM, P>, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE,
-                    true>(qkv + (long long)row * kStride, positions[row], slots[row], q_norm_w,
-                          k_norm_w, P::EPS, q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM,
-                          k_cache, v_cache);
+                                          const kf_bf16 *k_norm_w, kf_bf16 *q_out, kf_bf16 *k_cache,
+                                          kf_bf16 *v_cache, int rows) {
+  rope_kv_write_block<P, true>(qkv, positions, slots, q_norm_w, k_norm_w, P::EPS, q_out, k_cache,
+                               v_cache, rows);
 }
 
 } // namespace kf
