@@ -68,9 +68,6 @@ typedef struct cuda_fns {
   CUresult (*cuGetErrorString)(CUresult, const char **);
 } cuda_fns;
 
-/* (Here, before call sites read cuLaunchKernelEx as the table's entry.) */
-static int has_launch_ex(const cuda_fns *f) { return f->cuLaunchKernelEx != NULL; }
-
 /* Entry points by exported name; the _v2 names are what cuda.h maps the
  * plain names to since CUDA 4/11, the plain ones the fallback. Optional ones
  * may be missing (older drivers): their pointer stays NULL. */
@@ -203,7 +200,7 @@ static kf_status cuda_launch(rt_driver *d, void *function, const unsigned grid[3
   kf_status st;
   if ((st = ctx_enter(d, &pushed, err)) != KF_OK)
     return st;
-  if (programmatic && has_launch_ex(f)) {
+  if (programmatic && cuLaunchKernelEx) { /* NULL: an older driver */
     CUlaunchAttribute attr;
     memset(&attr, 0, sizeof attr);
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;

@@ -134,8 +134,8 @@ typedef struct rt_kdesc {
   unsigned long long size;    /* object bytes */
   int nparams;
   rt_param *params;  /* the kernel's own, or its kind's signature's */
-  int params_shared; /* params belong to a signature: not freed here */
-  int sig_pending;   /* params wait for "signatures" (rt_manifest_signatures) */
+  int params_shared; /* params belong to a signature: not freed here; NULL
+                        while they wait for rt_manifest_signatures */
   unsigned grid[3], block[3], shared;
   int programmatic; /* launch.programmatic: launch with programmatic stream serialisation */
 } rt_kdesc;
@@ -172,7 +172,7 @@ typedef struct rt_manifest {
  * entry i; rt_manifest_signatures parses "signatures" and gives their
  * parameter lists to the entries parsed so far; rt_manifest_finish parses
  * what is left and checks what spans entries (ids are unique). Until then
- * an entry without "params" may have none yet (sig_pending). The steps may
+ * an entry without "params" may have none yet (params_shared, params NULL). The steps may
  * run on any thread, one at a time. A step refuses the manifest with the
  * reason a parse of the whole text would give first (a bad signature
  * before any entry's problem). On failure they return KF_ERR_FORMAT for a

@@ -278,32 +278,23 @@ static void kernel_members(const cJSON *obj, const cJSON *f[F_COUNT]) {
     }
 }
 
-/* Gives k, kernels[index] of kind, its kind's signature (c names the kernel
- * in the reason). */
-static kf_status give_signature(parse_ctx *c, rt_manifest *m, int index, const char *kind,
-                                rt_kdesc *k) {
-  const rt_kdesc *prev = index > 0 ? &m->kernels[index - 1] : NULL;
+/* Gives k, a kernel of kind, its kind's signature (c names the kernel in the
+ * reason). A kind's kernels are neighbours (sorted by id), so the signature
+ * that served the last kernel is tried first. */
+static kf_status give_signature(parse_ctx *c, rt_manifest *m, const char *kind, rt_kdesc *k) {
   const rt_sig *sig = NULL;
-  if (prev && prev->params_shared && !prev->sig_pending && strcmp(prev->kind, kind) == 0) {
-    /* a kind's kernels are neighbours (sorted by id): the previous one's */
-    k->params = prev->params;
-    k->nparams = prev->nparams;
-  } else {
-    /* signatures and kernels both go by kind: try the last one's first */
-    for (int j = 0; j < m->nsigs && !sig; j++) {
-      int x = (m->sig_hint + j) % m->nsigs;
-      if (strcmp(m->sigs[x].kind, kind) == 0) {
-        sig = &m->sigs[x];
-        m->sig_hint = x;
-      }
+  for (int j = 0; j < m->nsigs && !sig; j++) {
+    int x = (m->sig_hint + j) % m->nsigs;
+    if (strcmp(m->sigs[x].kind, kind) == 0) {
+      sig = &m->sigs[x];
+      m->sig_hint = x;
     }
-    if (!sig)
-      return bad(c, "params", "missing, and \"signatures\" has no entry for kind '%s'", kind);
-    k->params = sig->params;
-    k->nparams = sig->nparams;
   }
+  if (!sig)
+    return bad(c, "params", "missing, and \"signatures\" has no entry for kind '%s'", kind);
+  k->params = sig->params;
+  k->nparams = sig->nparams;
   k->params_shared = 1;
-  k->sig_pending = 0;
   return KF_OK;
 }
 
@@ -353,9 +344,8 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
     if ((st = parse_params(c, f[F_PARAMS], k)) != KF_OK)
       return st;
   } else if (m->sigs_end) {
-    k->params_shared = 1;
-    k->sig_pending = 1;
-  } else if ((st = give_signature(c, m, index, kind, k)) != KF_OK) {
+    k->params_shared = 1; /* params stay NULL until rt_manifest_signatures */
+  } else if ((st = give_signature(c, m, kind, k)) != KF_OK) {
     return st;
   }
   launch = f[F_LAUNCH];
@@ -685,9 +675,9 @@ kf_status rt_manifest_signatures(rt_manifest *m, rt_err *err) {
       return st;
   }
   for (int i = 0; i < m->nparsed; i++)
-    if (m->kernels[i].sig_pending) {
+    if (m->kernels[i].params_shared && !m->kernels[i].params) {
       c.kernel = i;
-      if ((st = give_signature(&c, m, i, m->kernels[i].kind, &m->kernels[i])) != KF_OK)
+      if ((st = give_signature(&c, m, m->kernels[i].kind, &m->kernels[i])) != KF_OK)
         return st;
     }
   return KF_OK;
