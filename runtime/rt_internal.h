@@ -238,8 +238,7 @@ enum { RT_UNLOADED = 0, RT_LOADED = 1, RT_FAILED = 2 };
 struct kf_kernel {
   kf_runtime *rt;
   const rt_kdesc *d;  /* owned by rt->manifest */
-  char *object_path;  /* <cache>/v1/<object>; one block with meta_path */
-  char *meta_path;    /* <cache>/v1/<meta> */
+  char *object_path;  /* <cache>/v1/<object> */
   int rows_param;     /* index of a trailing "int rows", else -1 */
   atomic_int state;   /* RT_UNLOADED, RT_LOADED or RT_FAILED */
   pthread_mutex_t mu; /* guards loading and meta reading */

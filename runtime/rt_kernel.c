@@ -277,8 +277,13 @@ kf_status kf_kernel_resources(kf_kernel *k, kf_resources *out) {
   }
   pthread_mutex_lock(&k->mu);
   if (!k->meta_read) {
-    if ((st = rt_meta_load(k->meta_path, &k->res, &err)) == KF_OK)
+    /* the path is joined here, not at open: few servers ever ask */
+    char *meta_path = rt_path_join(k->rt->v1_dir, k->d->meta);
+    if (!meta_path)
+      st = rt_err_set(&err, KF_ERR_NO_MEMORY, "out of memory");
+    else if ((st = rt_meta_load(meta_path, &k->res, &err)) == KF_OK)
       k->meta_read = 1;
+    free(meta_path);
   }
   if (st == KF_OK)
     *out = k->res;

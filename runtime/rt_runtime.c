@@ -182,7 +182,6 @@ static int cmp_kernel(const void *a, const void *b) {
 static kf_status kernel_init(kf_runtime *rt, int i, rt_err *err) {
   kf_kernel *k = &rt->kernels[i];
   const rt_kdesc *d = &rt->manifest.kernels[i];
-  size_t dir = strlen(rt->v1_dir), object = strlen(d->object) + 1, meta = strlen(d->meta) + 1;
   memset(k, 0, sizeof *k);
   k->rt = rt;
   k->d = d;
@@ -191,16 +190,8 @@ static kf_status kernel_init(kf_runtime *rt, int i, rt_err *err) {
   pthread_mutex_init(&k->mu, NULL);
   rt_slot_init(&k->err);
   rt->nkernels = i + 1;
-  /* "<v1>/<object>\0<v1>/<meta>\0" in one block, freed with object_path */
-  if (!(k->object_path = malloc(2 * (dir + 1) + object + meta)))
+  if (!(k->object_path = rt_path_join(rt->v1_dir, d->object)))
     return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
-  k->meta_path = k->object_path + dir + 1 + object;
-  memcpy(k->object_path, rt->v1_dir, dir);
-  k->object_path[dir] = '/';
-  memcpy(k->object_path + dir + 1, d->object, object);
-  memcpy(k->meta_path, rt->v1_dir, dir);
-  k->meta_path[dir] = '/';
-  memcpy(k->meta_path + dir + 1, d->meta, meta);
   return KF_OK;
 }
 
