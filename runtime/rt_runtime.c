@@ -57,6 +57,15 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* "<dir>/<arch>.json", malloc'd; NULL when out of memory. */
+static char *manifest_file(const char *dir, const char *arch) {
+  size_t len = strlen(dir) + strlen(arch) + 7;
+  char *path = malloc(len);
+  if (path)
+    snprintf(path, len, "%s/%s.json", dir, arch);
+  return path;
+}
+
 /* Chooses <dir>/<arch>.json with the best rank for the device; *path is
  * malloc'd. The reason for no match names what the device runs and what
  * the cache has. A CUDA device's sm_XYa ranks above every other name, and
@@ -79,12 +88,10 @@ static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, r
     char exact[RT_ARCH_MAX];
     snprintf(exact, sizeof exact, "sm_%d%da", rt->drv.cc_major, rt->drv.cc_minor);
     if (rt_arch_cuda_rank(exact, rt->drv.cc_major, rt->drv.cc_minor) == 0) {
-      size_t len = strlen(dir) + strlen(exact) + 7;
-      if (!(*path = malloc(len))) {
+      if (!(*path = manifest_file(dir, exact))) {
         free(dir);
         return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
       }
-      snprintf(*path, len, "%s/%s.json", dir, exact);
       if (access(*path, F_OK) == 0) {
         free(dir);
         return KF_OK;
@@ -157,13 +164,8 @@ static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, r
                       dir, rt->drv.device, rt->drv.device_arch, wanted, n ? have : "none");
     }
   }
-  if (st == KF_OK) {
-    size_t len = strlen(dir) + strlen(names[best]) + 7;
-    if ((*path = malloc(len)) != NULL)
-      snprintf(*path, len, "%s/%s.json", dir, names[best]);
-    else
-      st = rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
-  }
+  if (st == KF_OK && !(*path = manifest_file(dir, names[best])))
+    st = rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
   for (int i = 0; i < n; i++)
     free(names[i]);
   free(names);
