@@ -145,6 +145,44 @@ static pos skip_literal(pos p, pos end, const char *word, size_t n) {
   return p + n;
 }
 
+static pos skip_value(pos p, pos end, int depth);
+
+/* p at '[' or '{' at nesting depth; returns past its close, NULL if
+ * malformed or nested deeper than DEPTH_MAX. count: NULL, or where to count
+ * the elements (members). */
+static pos skip_container(pos p, pos end, int depth, int *count) {
+  unsigned char close = *p == '[' ? ']' : '}';
+  int escaped;
+  if (depth >= DEPTH_MAX)
+    return NULL;
+  p = skip_ws(p + 1, end);
+  if (p < end && *p == close)
+    return p + 1;
+  for (;;) {
+    if (close == '}') {
+      if (p >= end || *p != '"' || !(p = skip_string(p, end, &escaped)))
+        return NULL;
+      p = skip_ws(p, end);
+      if (p >= end || *p != ':')
+        return NULL;
+      p = skip_ws(p + 1, end);
+    }
+    if (!(p = skip_value(p, end, depth + 1)))
+      return NULL;
+    if (count) {
+      if (*count == INT_MAX)
+        return NULL;
+      ++*count;
+    }
+    p = skip_ws(p, end);
+    if (p < end && *p == close)
+      return p + 1;
+    if (p >= end || *p != ',')
+      return NULL;
+    p = skip_ws(p + 1, end);
+  }
+}
+
 /* p at a value (no whitespace before it); returns past it, NULL if
  * malformed or nested deeper than DEPTH_MAX. */
 static pos skip_value(pos p, pos end, int depth) {
@@ -161,32 +199,8 @@ static pos skip_value(pos p, pos end, int depth) {
   case 'n':
     return skip_literal(p, end, "null", 4);
   case '[':
-  case '{': {
-    unsigned char close = *p == '[' ? ']' : '}';
-    if (depth >= DEPTH_MAX)
-      return NULL;
-    p = skip_ws(p + 1, end);
-    if (p < end && *p == close)
-      return p + 1;
-    for (;;) {
-      if (close == '}') {
-        if (p >= end || *p != '"' || !(p = skip_string(p, end, &escaped)))
-          return NULL;
-        p = skip_ws(p, end);
-        if (p >= end || *p != ':')
-          return NULL;
-        p = skip_ws(p + 1, end);
-      }
-      if (!(p = skip_value(p, end, depth + 1)))
-        return NULL;
-      p = skip_ws(p, end);
-      if (p < end && *p == close)
-        return p + 1;
-      if (p >= end || *p != ',')
-        return NULL;
-      p = skip_ws(p + 1, end);
-    }
-  }
+  case '{':
+    return skip_container(p, end, depth, NULL);
   default:
     return skip_number(p, end);
   }
@@ -233,23 +247,8 @@ int rt_json_scan_manifest(const char *text, size_t len, rt_json_layout *out) {
       v = p = skip_ws(p + 1, end);
       if (is_kernels && p < end && *p == '[') {
         /* cJSON reads the first "kernels"; a later one is only skipped */
-        p = skip_ws(p + 1, end);
-        if (p < end && *p == ']')
-          p++;
-        else
-          for (;;) {
-            if (!(p = skip_value(p, end, 2)) || out->nkernels == INT_MAX)
-              return -1;
-            out->nkernels++;
-            p = skip_ws(p, end);
-            if (p < end && *p == ']') {
-              p++;
-              break;
-            }
-            if (p >= end || *p != ',')
-              return -1;
-            p = skip_ws(p + 1, end);
-          }
+        if (!(p = skip_container(p, end, 1, &out->nkernels)))
+          return -1;
         out->kernels_start = (size_t)(v - start);
         out->kernels_end = (size_t)(p - start);
       } else if (!(p = skip_value(p, end, 1))) {

@@ -649,7 +649,7 @@ static kf_status parse_entry(rt_manifest *m, int i, rt_err *err) {
 
 kf_status rt_manifest_kernel(rt_manifest *m, int i, rt_err *err) {
   kf_status st = parse_entry(m, i, err);
-  if (st == KF_ERR_BAD_MANIFEST && m->sigs_end && i == m->nparsed) {
+  if (st == KF_ERR_BAD_MANIFEST && m->sigs_end) {
     /* A whole parse reads the signatures first and gives each entry its
      * kind's list as it goes: with them parsed, the entry's reason (or an
      * earlier one) is the one that parse gives. */
