@@ -486,6 +486,33 @@ KF_TEST(manifest__pretty_compact_or_reordered_parse_alike_and_stream) {
   }
 }
 
+KF_TEST(manifest__the_first_of_two_signatures_members_is_the_one_read) {
+  /* as cJSON reads a repeated member: the first, streamed or whole */
+  for (int kernels_first = 0; kernels_first < 2; kernels_first++) {
+    char *base = shaped_manifest(6, kernels_first), *text, *path;
+    const char *close = strrchr(base, '}');
+    KF_CHECK(asprintf(&text,
+                      "%.*s,\n  \"signatures\": {\"a\": {\"params\": [{\"name\": \"x\", "
+                      "\"type\": \"double\", \"size\": 8}]}}\n}\n",
+                      (int)(close - base - 1), base) > 0);
+    path = temp_manifest(text);
+    rt_manifest m;
+    rt_err err;
+    KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK);
+    KF_CHECK(m.sigs_end > m.sigs_start && strstr(text, "\"double\"") > text + m.sigs_end);
+    for (int i = 0; i < 6; i++)
+      KF_CHECK(rt_manifest_kernel(&m, i, &err) == KF_OK);
+    KF_CHECK(rt_manifest_finish(&m, &err) == KF_OK && shaped_intact(&m, 6));
+    rt_manifest_free(&m);
+    KF_CHECK(rt_manifest_parse("x.json", text, strlen(text), &m, &err) == KF_OK);
+    KF_CHECK(shaped_intact(&m, 6));
+    rt_manifest_free(&m);
+    remove_temp(path);
+    free(text);
+    free(base);
+  }
+}
+
 KF_TEST(manifest__text_the_scanner_leaves_to_cjson_still_parses_whole) {
   char *base = shaped_manifest(6, 0), *variants[3];
   const char *at = strstr(base, "\"kernels\"");
