@@ -176,6 +176,7 @@ FAKE_EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned
   return CUDA_SUCCESS;
 }
 
+#ifndef FAKE_CUDA_NO_LAUNCH_EX
 /* cuda.h's CUlaunchAttribute and CUlaunchConfig (CUDA 11.8 and later). */
 typedef struct {
   int id;
@@ -210,6 +211,7 @@ FAKE_EXPORT CUresult cuLaunchKernelEx(const fake_launch_config *cfg, void *fn, v
     atomic_fetch_add(&fake.programmatic_launches, 1);
   return rc;
 }
+#endif // FAKE_CUDA_NO_LAUNCH_EX
 
 FAKE_EXPORT CUresult cuGetErrorName(CUresult rc, const char **s) {
   switch (rc) {

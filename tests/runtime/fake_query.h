@@ -18,6 +18,14 @@ static inline void *fq_sym(const char *lib, const char *name) {
   return s;
 }
 
+/* The library's own export, or NULL (no abort). */
+static inline void *fq_sym_or_null(const char *lib, const char *name) {
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h)
+    abort();
+  return dlsym(h, name);
+}
+
 static inline long fq_stat(const char *lib, const char *what) {
   long (*fn)(const char *) = (long (*)(const char *))fq_sym(lib, "fake_stat");
   return fn(what);

@@ -1093,7 +1093,7 @@ static char *programmatic_cache(const char *id, const char *value, char **man) {
   return cache;
 }
 
-KF_TEST(launch__programmatic_kernels_go_through_cuLaunchKernelEx_the_rest_do_not) {
+KF_TEST(launch__programmatic_kernels_go_through_culaunchkernelex_the_rest_do_not) {
   char *man, *cache = programmatic_cache("\"m/norm/w4/sm_90a\"", "true", &man), sym[256];
   kf_runtime *rt = NULL;
   kf_kernel *norm = NULL, *attn = NULL;
@@ -1119,6 +1119,29 @@ KF_TEST(launch__programmatic_kernels_go_through_cuLaunchKernelEx_the_rest_do_not
   KF_CHECK(kf_kernel_launch(attn, NULL, aargs, 2) == KF_OK);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 2);
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "programmatic_launches") == 1);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+  free(man);
+}
+
+KF_TEST(launch__programmatic_kernels_launch_ordinarily_on_a_driver_without_culaunchkernelex) {
+  char *man, *cache = programmatic_cache("\"m/norm/w4/sm_90a\"", "true", &man);
+  kf_runtime_options o = options(cache, "m", FAKE_CUDA_OLD_PATH);
+  kf_runtime *rt = NULL;
+  kf_kernel *norm = NULL;
+  uintptr_t x = 0x1000, y = 0x2000;
+  float eps = 0.25f;
+  int rows = 2;
+  kf_arg args[] = {{&x, 8}, {&y, 8}, {&eps, 4}, {&rows, 4}};
+  fresh();
+  fq_reset(FAKE_CUDA_OLD_PATH);
+  KF_CHECK(fq_sym_or_null(FAKE_CUDA_OLD_PATH, "cuLaunchKernelEx") == NULL);
+  o.backend = KF_BACKEND_CUDA;
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 2, &norm) == KF_OK);
+  KF_CHECK(kf_kernel_launch(norm, NULL, args, 4) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_OLD_PATH, "launches") == 1);
+  KF_CHECK(fq_stat(FAKE_CUDA_OLD_PATH, "programmatic_launches") == 0);
   kf_runtime_close(rt);
   drop_cache(cache);
   free(man);
