@@ -107,6 +107,7 @@ static void template_free(kf_template *t) {
   for (int i = 0; i < 3; i++) {
     free(t->grid[i]);
     free(t->block[i]);
+    free(t->cluster[i]);
   }
   free(t->shared_bytes);
   free(t);
@@ -311,17 +312,19 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
     }
   }
   const cJSON *launch = cJSON_GetObjectItemCaseSensitive(root, "launch");
-  static const char *const launch_members[] = {"grid", "block", "shared_bytes", "programmatic",
-                                               NULL};
+  static const char *const launch_members[] = {"grid",         "block",   "shared_bytes",
+                                               "programmatic", "cluster", NULL};
   if (!cJSON_IsObject(launch)) {
     kf_report(found, "launch", "must be an object with grid, block and shared_bytes");
     errors++;
   } else {
     errors += kf_json_check_members(found, "launch", launch, launch_members);
-    const char *names[2] = {"grid", "block"};
-    char **dst[2] = {t->grid, t->block};
-    for (int d = 0; d < 2; d++) {
+    const char *names[3] = {"grid", "block", "cluster"};
+    char **dst[3] = {t->grid, t->block, t->cluster};
+    for (int d = 0; d < 3; d++) {
       const cJSON *arr = cJSON_GetObjectItemCaseSensitive(launch, names[d]);
+      if (d == 2 && !arr)
+        continue; /* optional: no clusters */
       if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 3) {
         char *p = kf_xasprintf("launch.%s", names[d]);
         kf_report(found, p, "must be an array of 3 dimensions");
@@ -354,6 +357,8 @@ done:
       t->grid[k] = kf_xstrdup("1");
     if (!t->block[k])
       t->block[k] = kf_xstrdup("1");
+    if (!t->cluster[k])
+      t->cluster[k] = kf_xstrdup("1");
   }
   if (!t->shared_bytes)
     t->shared_bytes = kf_xstrdup("0");
@@ -1016,27 +1021,42 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
   }
   if (m->nkernels > 1)
     qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
-  /* launch expressions must evaluate for every width */
+  /* launch expressions must evaluate for every width; clusters must tile
+   * the grid and stay within the portable 8 blocks */
   for (size_t i = 0; i < m->nkernels && !L.errors; i++) {
     const kf_kernel_desc *k = &m->kernels[i];
+    const kf_template *t = k->tmpl;
     for (size_t w = 0; w < m->nwidths; w++) {
-      const char *exprs[7] = {k->tmpl->grid[0],     k->tmpl->grid[1],  k->tmpl->grid[2],
-                              k->tmpl->block[0],    k->tmpl->block[1], k->tmpl->block[2],
-                              k->tmpl->shared_bytes};
-      for (int e = 0; e < 7; e++) {
-        int64_t v = 0;
-        char err[256] = "";
-        int bad = kf_template_eval(k, m->widths[w], exprs[e], &v, err, sizeof err) != 0;
-        if (!bad && ((e < 6 && v < 1) || v < 0 || v > INT32_MAX)) {
-          snprintf(err, sizeof err, "\"%s\" gives %lld for width %d", exprs[e], (long long)v,
+      const char *exprs[10] = {t->grid[0],    t->grid[1],     t->grid[2],    t->block[0],
+                               t->block[1],   t->block[2],    t->cluster[0], t->cluster[1],
+                               t->cluster[2], t->shared_bytes};
+      int64_t v[10] = {0};
+      char err[256] = "";
+      int bad = 0;
+      for (int e = 0; e < 10 && !bad; e++) {
+        bad = kf_template_eval(k, m->widths[w], exprs[e], &v[e], err, sizeof err) != 0;
+        if (!bad && ((e < 9 && v[e] < 1) || v[e] < 0 || v[e] > INT32_MAX)) {
+          snprintf(err, sizeof err, "\"%s\" gives %lld for width %d", exprs[e], (long long)v[e],
                    m->widths[w]);
           bad = 1;
         }
-        if (bad) {
-          kf_report(k->tmpl->path, "launch", "%s (kernel %s of %s)", err, k->kind, path);
-          L.errors++;
-          break;
+      }
+      for (int d = 0; d < 3 && !bad; d++)
+        if (v[d] % v[6 + d] != 0) {
+          snprintf(err, sizeof err,
+                   "grid[%d] = %lld is not a multiple of cluster[%d] = %lld for width %d", d,
+                   (long long)v[d], d, (long long)v[6 + d], m->widths[w]);
+          bad = 1;
         }
+      if (!bad && v[6] * v[7] * v[8] > 8) {
+        snprintf(err, sizeof err, "a cluster of %lld blocks for width %d; at most 8",
+                 (long long)(v[6] * v[7] * v[8]), m->widths[w]);
+        bad = 1;
+      }
+      if (bad) {
+        kf_report(t->path, "launch", "%s (kernel %s of %s)", err, k->kind, path);
+        L.errors++;
+        break;
       }
     }
   }

@@ -51,8 +51,11 @@ static void emit(kf_instance *in) {
   }
   kf_buf_puts(&b, "};\n\n");
   int64_t threads = in->block[0] * in->block[1] * in->block[2];
-  kf_buf_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%lld)\n%s(", (long long)threads,
-                in->symbol);
+  kf_buf_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%lld)", (long long)threads);
+  if (in->cluster[0] * in->cluster[1] * in->cluster[2] > 1)
+    kf_buf_printf(&b, " __cluster_dims__(%lld, %lld, %lld)", (long long)in->cluster[0],
+                  (long long)in->cluster[1], (long long)in->cluster[2]);
+  kf_buf_printf(&b, "\n%s(", in->symbol);
   for (size_t i = 0; i < t->nargs; i++) {
     const char *type = t->args[i].type;
     size_t tl = strlen(type);
@@ -69,8 +72,9 @@ static void emit(kf_instance *in) {
   in->source = kf_buf_take(&b);
 }
 
-/* Programmatic dependent launch (griddepcontrol) exists from sm_90 on. */
-static int arch_has_grid_dep(const char *arch) {
+/* Programmatic dependent launch (griddepcontrol) and thread-block clusters
+ * exist from sm_90 on. */
+static int arch_is_sm90_on(const char *arch) {
   return strncmp(arch, "sm_", 3) == 0 && isdigit((unsigned char)arch[3]) && atoi(arch + 3) >= 90;
 }
 
@@ -103,7 +107,13 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
         }
         kf_template_eval(in->kernel, in->width, t->shared_bytes, &in->shared_bytes, err,
                          sizeof err);
-        in->programmatic = t->programmatic && arch_has_grid_dep(in->arch);
+        in->programmatic = t->programmatic && arch_is_sm90_on(in->arch);
+        for (int d = 0; d < 3; d++) {
+          in->cluster[d] = 1;
+          if (arch_is_sm90_on(in->arch))
+            kf_template_eval(in->kernel, in->width, t->cluster[d], &in->cluster[d], err,
+                             sizeof err);
+        }
         emit(in);
       }
   qsort(plan->v + first, plan->n - first, sizeof *plan->v, cmp_instance);

@@ -16,7 +16,8 @@ typedef struct {
   char *source;     /* generated text */
   size_t source_len;
   int64_t grid[3], block[3], shared_bytes;
-  int programmatic; /* the template's launch.programmatic, on arches that have it (sm_90+) */
+  int programmatic;   /* the template's launch.programmatic, on arches that have it (sm_90+) */
+  int64_t cluster[3]; /* the template's launch.cluster; {1, 1, 1} on arches without clusters */
 } kf_instance;
 
 typedef struct {

@@ -86,6 +86,36 @@ class Warm(unittest.TestCase):
         self.assertEqual(r.rc, 0, str(r))
 
 
+class Clusters(unittest.TestCase):
+
+    def test_launch_cluster_reaches_the_sm90_source_and_manifest(self):
+        w = Work(self, "cluster")
+        tpl = w.load_json("templates/fx_copy.json")
+        tpl["launch"]["cluster"] = ["W", 1, 1]
+        w.dump_json("templates/fx_copy.json", tpl)
+        self.assertEqual(w.build().summary, (6, 0, 6, 0))
+        launch = {k["id"]: k["launch"] for k in w.manifest("fx-small", "sm_90a")["kernels"]}
+        self.assertEqual(launch["fx-small/copy/w2/sm_90a"].get("cluster"), [2, 1, 1])
+        # a cluster of one block is no cluster; other templates have none
+        self.assertNotIn("cluster", launch["fx-small/copy/w1/sm_90a"])
+        self.assertNotIn("cluster", launch["fx-small/add/w2/sm_90a"])
+        src = w.read(os.path.join(w.out, "fx-small", "sm_90a", "copy_w2.cu"))
+        self.assertIn(" __cluster_dims__(2, 1, 1)\n", src)
+        self.assertNotIn("__cluster_dims__", w.read(os.path.join(w.out, "fx-small", "sm_90a",
+                                                                 "copy_w1.cu")))
+
+    def test_cluster_that_does_not_tile_the_grid_is_refused_before_compiling(self):
+        w = Work(self, "cluster-bad")
+        tpl = w.load_json("templates/fx_copy.json")
+        tpl["launch"]["cluster"] = [3, 1, 1]
+        w.dump_json("templates/fx_copy.json", tpl)
+        r = w.kf("build", FIXTURE_MODEL)
+        self.assertEqual(r.rc, 2, str(r))
+        self.assertIn("grid[0] = 1 is not a multiple of cluster[0] = 3 for width 1 "
+                      "(kernel copy of models/fx-small.json)", r.err)
+        self.assertEqual(w.entries(), set())
+
+
 class CompileFailure(unittest.TestCase):
 
     def test_compile_failure_shows_diagnostics_and_other_kernels_build(self):

@@ -640,22 +640,34 @@ KF_TEST_MAIN()
 
 /* ---- launch.programmatic ---- */
 
-static kf_model *load_programmatic(const char *value, const char *arches, char **err) {
-  char *schema = kf_xasprintf(
-      "{\"template\": \"t_pdl\", \"header\": \"t_one.cuh\", \"entry\": \"t::f\",\n"
-      " \"params\": {\"N\": {\"type\": \"int\"}},\n"
-      " \"args\": [{\"name\": \"rows\", \"type\": \"int\"}],\n"
-      " \"launch\": {\"grid\": [1, 1, 1], \"block\": [32, 1, 1], \"shared_bytes\": 0,"
-      " \"programmatic\": %s}}\n",
-      value);
-  fx_write_free(".", "templates/t_pdl.json", schema);
+/* A one-kernel model on template `tname` (param N = 64) whose schema's
+ * launch object is `launch`, for the given widths and arches. */
+static kf_model *load_with_launch(const char *tname, const char *launch, const char *widths,
+                                  const char *arches, char **err) {
+  char *schema = kf_xasprintf("{\"template\": \"%s\", \"header\": \"t_one.cuh\", \"entry\": "
+                              "\"t::f\",\n \"params\": {\"N\": {\"type\": \"int\"}},\n"
+                              " \"args\": [{\"name\": \"rows\", \"type\": \"int\"}],\n"
+                              " \"launch\": {%s}}\n",
+                              tname, launch);
+  char *path = kf_xasprintf("templates/%s.json", tname);
+  fx_write_free(".", path, schema);
+  free(path);
   free(schema);
-  char *desc = kf_xasprintf("{\"name\": \"m\", \"shape\": {}, \"widths\": [1], \"arches\": %s, "
-                            "\"kernels\": [{\"kind\": \"k\", \"template\": \"t_pdl\", \"params\": "
+  char *desc = kf_xasprintf("{\"name\": \"m\", \"shape\": {}, \"widths\": %s, \"arches\": %s, "
+                            "\"kernels\": [{\"kind\": \"k\", \"template\": \"%s\", \"params\": "
                             "{\"N\": 64}}]}\n",
-                            arches);
+                            widths, arches, tname);
   kf_model *m = fx_load_desc("models/m.json", desc, NULL, err);
   free(desc);
+  return m;
+}
+
+static kf_model *load_programmatic(const char *value, const char *arches, char **err) {
+  char *launch = kf_xasprintf("\"grid\": [1, 1, 1], \"block\": [32, 1, 1], \"shared_bytes\": 0, "
+                              "\"programmatic\": %s",
+                              value);
+  kf_model *m = load_with_launch("t_pdl", launch, "[1]", arches, err);
+  free(launch);
   return m;
 }
 
@@ -692,4 +704,66 @@ KF_TEST(model__launch_programmatic_reaches_sm90_and_later_instances_only) {
   KF_CHECK(plan2.n == 1 && plan2.v[0].programmatic == 0);
   kf_plan_free(&plan2);
   kf_model_free(m);
+}
+
+/* ---- launch.cluster ---- */
+
+static kf_model *load_cluster(const char *grid, const char *cluster, const char *arches,
+                              char **err) {
+  char *launch = kf_xasprintf("\"grid\": [%s, 1, 1], \"block\": [32, 1, 1], \"shared_bytes\": 0, "
+                              "\"cluster\": %s",
+                              grid, cluster);
+  kf_model *m = load_with_launch("t_cl", launch, "[1, 4]", arches, err);
+  free(launch);
+  return m;
+}
+
+KF_TEST(model__launch_cluster_reaches_sm90_and_later_sources_only) {
+  fx_model_tree();
+  char *err = NULL;
+  kf_model *m = load_cluster("\"N / 16 * W\"", "[\"W\", 1, 1]",
+                             "[\"sm_80\", \"sm_90a\", \"sm_100a\", \"gfx942\"]", &err);
+  KF_CHECK(m);
+  free(err);
+  kf_plan plan = {0};
+  kf_plan_add_model(&plan, m);
+  const char *archs[] = {"sm_80", "sm_90a", "sm_100a", "gfx942"};
+  for (int i = 0; i < 4; i++) {
+    char *id = kf_xasprintf("m/k/w4/%s", archs[i]);
+    const kf_instance *in = kf_plan_find(&plan, id);
+    const int clustered = i == 1 || i == 2;
+    KF_CHECK(in && in->cluster[0] == (clustered ? 4 : 1) && in->cluster[1] == 1 &&
+             in->cluster[2] == 1);
+    KF_CHECK(in && (strstr(in->source, " __cluster_dims__(4, 1, 1)\n") != NULL) == clustered);
+    free(id);
+    /* width 1: a cluster of one block is written as none */
+    id = kf_xasprintf("m/k/w1/%s", archs[i]);
+    in = kf_plan_find(&plan, id);
+    KF_CHECK(in && in->cluster[0] == 1 && !strstr(in->source, "__cluster_dims__"));
+    free(id);
+  }
+  kf_plan_free(&plan);
+  kf_model_free(m);
+}
+
+KF_TEST(model__launch_cluster_must_tile_the_grid_and_hold_at_most_8_blocks) {
+  fx_model_tree();
+  char *err = NULL;
+  kf_model *m = load_cluster("6", "[\"W\", 1, 1]", "[\"sm_90a\"]", &err);
+  KF_CHECK(m == NULL);
+  KF_CHECK_CONTAINS(err, "t_cl.json: launch: error: grid[0] = 6 is not a multiple of cluster[0] "
+                         "= 4 for width 4 (kernel k of models/m.json)\n");
+  free(err);
+  m = load_cluster("64", "[16, 1, 1]", "[\"sm_90a\"]", &err);
+  KF_CHECK(m == NULL);
+  KF_CHECK_CONTAINS(err, "launch: error: a cluster of 16 blocks for width 1; at most 8");
+  free(err);
+  m = load_cluster("64", "[\"W - 1\", 1, 1]", "[\"sm_90a\"]", &err);
+  KF_CHECK(m == NULL);
+  KF_CHECK_CONTAINS(err, "launch: error: \"W - 1\" gives 0 for width 1");
+  free(err);
+  m = load_cluster("64", "[2, 1]", "[\"sm_90a\"]", &err);
+  KF_CHECK(m == NULL);
+  KF_CHECK_CONTAINS(err, "t_cl.json: launch.cluster: error: must be an array of 3 dimensions\n");
+  free(err);
 }
