@@ -22,6 +22,7 @@
 #define KF_VENDOR_HIP 0
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cooperative_groups.h>
 #endif // defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 // clang-format on
 
@@ -237,6 +238,50 @@ KF_DEVICE void grid_dep_launch() {
 #if KF_HAS_GRID_DEP
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif // KF_HAS_GRID_DEP
+}
+
+// Thread-block clusters (sm_90 and later; schemas with "launch": {"cluster":
+// [...]}, which kforge compiles into the entry as __cluster_dims__ on those
+// arches only). The blocks of a cluster run at the same time and read each
+// other's shared memory. Templates that use clusters keep a path for targets
+// without them (KF_HAS_CLUSTERS 0), where the same grid runs without;
+// KF_FORCE_GENERIC takes that path on NVIDIA too, as HIP would.
+#if defined(KF_FORCE_GENERIC)
+#define KF_HAS_CLUSTERS 0
+#else
+#define KF_HAS_CLUSTERS (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900)
+#endif // defined(KF_FORCE_GENERIC)
+
+// This block's rank among the n consecutive blocks along x that make its
+// cluster: the hardware's with clusters (the launch's clusters must be n x 1
+// x 1, checked: a mismatch traps), blockIdx.x % n without.
+KF_DEVICE int cluster_rank_x(int n) {
+#if KF_HAS_CLUSTERS
+  const cooperative_groups::cluster_group c = cooperative_groups::this_cluster();
+  if ((int)c.num_blocks() != n || (int)c.dim_blocks().x != n)
+    __trap();
+  return (int)c.block_rank();
+#else
+  return (int)blockIdx.x % n;
+#endif // KF_HAS_CLUSTERS
+}
+
+// Barrier of every thread of the cluster; shared-memory writes before it are
+// visible to the whole cluster after it.
+KF_DEVICE void cluster_sync() {
+#if KF_HAS_CLUSTERS
+  cooperative_groups::this_cluster().sync();
+#endif // KF_HAS_CLUSTERS
+}
+
+// The address of *p (this block's shared memory) in block `rank` of the
+// cluster (with clusters only).
+template <class T> KF_DEVICE T *cluster_shared(T *p, int rank) {
+#if KF_HAS_CLUSTERS
+  return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)rank);
+#else
+  return rank == 0 ? p : nullptr;
+#endif // KF_HAS_CLUSTERS
 }
 
 KF_DEVICE void store_vec(void *p, vec8 v) { *reinterpret_cast<vec8 *>(p) = v; }

@@ -2,7 +2,8 @@
 // row-major [N x K] in bf16, fp32 accumulation (qkv_proj, o_proj, down_proj).
 //
 // Memory-bound: W is read once, in 16-byte pieces. One block (256 threads)
-// owns 16 rows of W; each warp takes units of 64 k of all 16 rows (one
+// owns 16 rows of W (or, split K, one slice of K of them: see
+// skinny_gemm_block); each warp takes units of 64 k of all 16 rows (one
 // 128-byte line per row), two consecutive units at a time, warp after warp,
 // and streams them through its own cp.async ring in shared memory (2 units
 // in flight; 4 from K = 8192, in dynamic shared memory), each copy
@@ -57,6 +58,21 @@ namespace kf {
 #ifndef KF_GEMM_LINES
 #define KF_GEMM_LINES 1
 #endif // KF_GEMM_LINES
+// KF_GEMM_CHUNK: consecutive 64-k units a warp takes before the next warp's
+//   (line path); default 2. Measured on the H200 (docs/perf-notes.md, v6): 1
+//   gave down_proj 1-3 points, qkv_proj 7-12 at R = 1 but -2..-4 at R = 8,
+//   o_proj -2..-9; not changed.
+#ifndef KF_GEMM_CHUNK
+#define KF_GEMM_CHUNK 2
+#endif // KF_GEMM_CHUNK
+// KF_GEMM_EARLY_RELEASE_BYTES: blocks whose weights are at most this many
+//   bytes release the next kernel (grid_dep_launch) at their start instead of
+//   after their main loop; default 0 (never). Measured on the H200 (v6) at
+//   65536: Qwen3-0.6B's qkv_proj launched back to back went from 51% to 65%
+//   of the ceiling, but the layer, where no GEMM follows a GEMM, did not move.
+#ifndef KF_GEMM_EARLY_RELEASE_BYTES
+#define KF_GEMM_EARLY_RELEASE_BYTES 0
+#endif // KF_GEMM_EARLY_RELEASE_BYTES
 // KF_GEMM_ROTATE: 1 starts each block's sweep over K at a different unit (a
 //   function of blockIdx.x alone), so that the blocks of a launch do not all
 //   ask L2 for the same activation lines at the same moment; 0 starts all at
@@ -78,11 +94,12 @@ constexpr int kGemmLongK = KF_GEMM_LONG_K;
 // beside the 64 KB ring) with activation rows a multiple of 8 KB apart,
 // which is when the rows of x map alike in L2 (a guess the data fits, not
 // a measured fact).
-__host__ __device__ constexpr bool gemm_rotate(int K) {
+// K: the k a block sweeps; LD: elements from one activation row to the next.
+__host__ __device__ constexpr bool gemm_rotate(int K, int LD) {
 #ifdef KF_GEMM_ROTATE
-  return KF_GEMM_ROTATE != 0 && K > 0;
+  return KF_GEMM_ROTATE != 0 && K > 0 && LD > 0;
 #else
-  return K >= kGemmLongK && (K * 2) % 8192 == 0;
+  return K >= kGemmLongK && (LD * 2) % 8192 == 0;
 #endif // KF_GEMM_ROTATE
 }
 
@@ -103,7 +120,9 @@ __host__ __device__ constexpr int gemm_dyn_smem_bytes(int K) {
 // its steps in its fixed order: the result does not depend on W or rows.
 // XAHEAD: the activations of step j + 1 are loaded during step j (used from
 // kGemmLongK on: down_proj at R = 8 has 229 KB of x, more than L1 keeps).
-template <int K, int NT, int P, int NW, int THREADS, int W, bool XAHEAD = false, bool SPLIT = false>
+// K: the k swept (from w and x as given); LD: the row stride of w and x.
+template <int K, int LD, int NT, int P, int NW, int THREADS, int W, bool XAHEAD = false,
+          bool SPLIT = false>
 KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
                                      const long long (&hi)[NT], const kf_bf16 *x, int rows,
                                      vec8 *ring, int warp, int lane) {
@@ -116,8 +135,8 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const l
   const kf_bf16 *wl[NT][2];
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    wl[i][0] = w + lo[i] + (long long)g * K + 8 * t;
-    wl[i][1] = SPLIT ? w + hi[i] + (long long)g * K + 8 * t : wl[i][0] + 8LL * K;
+    wl[i][0] = w + lo[i] + (long long)g * LD + 8 * t;
+    wl[i][1] = SPLIT ? w + hi[i] + (long long)g * LD + 8 * t : wl[i][0] + 8LL * LD;
   }
   auto kstep = [&](int j) { return ((j / C) * NW + warp) * C + (j % C); };
   auto issue = [&](int j) {
@@ -138,14 +157,14 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const l
   grid_dep_wait(); // the weights are constant: only x waits for the previous kernel
   vec8 xnext;
   if constexpr (XAHEAD)
-    xnext = load_x8<W>(x, K, kstep(0) * 32, lane, rows);
+    xnext = load_x8<W>(x, LD, kstep(0) * 32, lane, rows);
   for (int j = 0; j < n; ++j) {
     vec8 xv;
     if constexpr (XAHEAD) {
       xv = xnext;
-      xnext = load_x8<W>(x, K, kstep(j + 1 < n ? j + 1 : j) * 32, lane, rows);
+      xnext = load_x8<W>(x, LD, kstep(j + 1 < n ? j + 1 : j) * 32, lane, rows);
     } else {
-      xv = load_x8<W>(x, K, kstep(j) * 32, lane, rows);
+      xv = load_x8<W>(x, LD, kstep(j) * 32, lane, rows);
     }
     async_wait<P - 1>(); // step j's group has landed
     const vec8 *slot = ring + (j % P) * NT * 2 * THREADS + tid;
@@ -170,14 +189,14 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const l
 // r sits at r * 8 + (c ^ 4 * (r & 1)): the copies (8 lanes, one row) and the
 // fragment reads (lanes 4g + t read chunk 4h + t of rows g and g + 8) are both
 // free of bank conflicts. A warp sums its units in a fixed order, so the
-// result does not depend on W or rows.
-template <int K, int NT, int P, int NW, int W, bool SPLIT = false>
+// result does not depend on W or rows. K and LD as in warp_gemm_tiles_async.
+template <int K, int LD, int NT, int P, int NW, int W, bool SPLIT = false>
 KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
                                      const long long (&hi)[NT], const kf_bf16 *x, int rows,
                                      vec8 *ring, int warp, int lane) {
   constexpr int S = K / 64; // units in all of K
   constexpr int n = S / NW; // units per warp
-  constexpr int C = S % (NW * 2) == 0 ? 2 : 1;
+  constexpr int C = S % (NW * KF_GEMM_CHUNK) == 0 ? KF_GEMM_CHUNK : 1;
   constexpr int kSlot = 16 * 8; // vec8 per slot
   static_assert(S % NW == 0, "K must be a multiple of 64 * warps");
   const int g = lane >> 2, t = lane & 3;
@@ -186,10 +205,10 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
   const kf_bf16 *src[NT][2]; // rows 0..7, rows 8..15 of tile i
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    src[i][0] = w + lo[i] + (long long)crow * K + 8 * cchunk;
-    src[i][1] = w + hi[i] + (long long)crow * K + 8 * cchunk;
+    src[i][0] = w + lo[i] + (long long)crow * LD + 8 * cchunk;
+    src[i][1] = w + hi[i] + (long long)crow * LD + 8 * cchunk;
   }
-  const int rot = gemm_rotate(K) ? (int)(blockIdx.x % (n / C)) * C : 0;
+  const int rot = gemm_rotate(K, LD) ? (int)(blockIdx.x % (n / C)) * C : 0;
   auto kunit = [&](int j) {
     j += rot;
     j -= j >= n ? n : 0;
@@ -209,7 +228,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = 4 * q + crow;
-        const kf_bf16 *from = SPLIT ? (q < 2 ? p0 : p1) + 4LL * (q & 1) * K : p0 + 4LL * q * K;
+        const kf_bf16 *from = SPLIT ? (q < 2 ? p0 : p1) + 4LL * (q & 1) * LD : p0 + 4LL * q * LD;
         async_copy16(slot + r * 8 + (cchunk ^ ((r & 1) << 2)), from + k);
       }
     }
@@ -221,8 +240,8 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
   grid_dep_wait(); // the weights are constant: only x waits for the previous kernel
   auto unit = [&](int j) {
     const int k = kunit(j) * 64;
-    const vec8 x0 = load_x8<W>(x, K, k, lane, rows);
-    const vec8 x1 = load_x8<W>(x, K, k + 32, lane, rows);
+    const vec8 x0 = load_x8<W>(x, LD, k, lane, rows);
+    const vec8 x1 = load_x8<W>(x, LD, k + 32, lane, rows);
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
       const int s = j * NT + i;
@@ -260,12 +279,35 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 // row-major matrix at w + tile_off[i]) times the first `rows` rows of x
 // [W x K]. Calls epi(wrow, xrow, v) once for each weight row wrow (0..15) and
 // real activation row xrow (< rows), v[i] the fp32 dot product for tile i.
-template <int K, int NTI, int W, int THREADS, bool HALVES = false, class Epi>
+//
+// KSPLIT > 1 (split K): the KSPLIT consecutive blocks along x that make one
+// cluster (KSPLIT x 1 x 1) share the tiles. Block r sums slice r of K (k in
+// [r K / KSPLIT, (r + 1) K / KSPLIT)); the partial tiles meet in block 0 in
+// rank order, through distributed shared memory, and block 0 alone calls
+// epi. The order is fixed, so batch invariance holds as for KSPLIT = 1. For
+// tiles too few to fill the GPU: Qwen3-0.6B's o_proj and down_proj have 64.
+// Without clusters block 0 sums the slices one after the other and the other
+// blocks exit.
+template <int K, int NTI, int W, int THREADS, bool HALVES = false, int KSPLIT = 1, class Epi>
 KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
                                  const long long (&tile_off)[NTI], int rows, Epi epi) {
   static_assert(W >= 1 && W <= 8, "skinny_gemm serves widths 1..8");
   static_assert(K % 8 == 0, "K must be a multiple of 8");
   static_assert(!HALVES || NTI == 2, "halves: two 8-row halves of one 16-row tile");
+  static_assert(KSPLIT == 1 || KSPLIT == 2 || KSPLIT == 4 || KSPLIT == 8,
+                "KSPLIT: 1, 2, 4 or 8 blocks per cluster");
+  static_assert(K % (8 * KSPLIT) == 0, "K must be a multiple of 8 * KSPLIT");
+  constexpr int KL = K / KSPLIT; // one slice of K
+  constexpr bool kCluster = KSPLIT > 1 && KF_HAS_CLUSTERS;
+  const int rank = KSPLIT > 1 ? cluster_rank_x(KSPLIT) : 0;
+  if (KSPLIT > 1 && !kCluster && rank != 0) {
+    grid_dep_wait(); // a block exits only after the previous kernel has
+    return;
+  }
+  const int slice0 = kCluster ? rank : 0, slice1 = kCluster ? rank + 1 : KSPLIT;
+  constexpr bool kEarly = (long long)KL * kGemmTileRows * NTI * 2 <= KF_GEMM_EARLY_RELEASE_BYTES;
+  if (kEarly)
+    grid_dep_launch();
   // The matrix tiles: NTI of 16 rows, or (HALVES) one made of rows 0..7 at
   // tile_off[0] and rows 0..7 at tile_off[1]. lo / hi: where a tile's rows
   // 0..7 / 8..15 start.
@@ -284,15 +326,16 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   const int lane = lane_id(), warp = warp_id();
 #if KF_USE_MMA
   constexpr int kWarps = THREADS / 32;
-  static_assert(K % (32 * kWarps) == 0, "K must be a multiple of 32 * warps per block");
-  constexpr bool kLong = K >= kGemmLongK;
+  static_assert(KL % (32 * kWarps) == 0, "K / KSPLIT must be a multiple of 32 * warps per block");
+  constexpr bool kLong = KL >= kGemmLongK;
   constexpr int kInFlight = kLong ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT;
   constexpr int kUnroll = kInFlight / NT > 0 ? kInFlight / NT : 1;
   // The line ring holds the same bytes as the fragment ring: slots of 2 KB
   // per warp, half as many as 1 KB fragment steps.
-  constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && K % (64 * kWarps) == 0;
+  constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && KL % (64 * kWarps) == 0;
   constexpr int kLineSlots = KF_GEMM_STEPS_IN_FLIGHT / 2;
   constexpr int kLineSlotsLong = KF_GEMM_STEPS_IN_FLIGHT_LONG / 2;
+  constexpr int kSteps = KL / 32 / kWarps; // register path: contiguous 32-k steps per warp
   float acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i)
@@ -300,51 +343,56 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   float(*red)[NT][128];
   if constexpr (kLong) {
     // The ring lives in dynamic shared memory (launch.shared_bytes ==
-    // gemm_dyn_smem_bytes(K)); once every copy has landed, the warps'
-    // partial tiles reuse it.
-    static_assert(kUnroll * NT * 2 * THREADS * 16 <= gemm_dyn_smem_bytes(K),
+    // gemm_dyn_smem_bytes(K / KSPLIT)); once every copy has landed, the
+    // warps' partial tiles reuse it.
+    static_assert(kUnroll * NT * 2 * THREADS * 16 <= gemm_dyn_smem_bytes(KL),
                   "ring exceeds shared_bytes");
-    static_assert(kWarps * NT * 128 * 4 <= gemm_dyn_smem_bytes(K),
+    static_assert(kWarps * NT * 128 * 4 <= gemm_dyn_smem_bytes(KL),
                   "reduction exceeds shared_bytes");
     extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
+    for (int sl = slice0; sl < slice1; ++sl) {
+      const kf_bf16 *ws = w + (long long)sl * KL, *xs = x + (long long)sl * KL;
 #if KF_GEMM_ASYNC
-    vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
-    if constexpr (kLines) {
-      static_assert(kWarps * kLineSlotsLong * 128 * 16 <= gemm_dyn_smem_bytes(K),
-                    "line ring exceeds shared_bytes");
-      warp_gemm_tiles_lines<K, NT, kLineSlotsLong, kWarps, W, HALVES>(acc, w, lo, hi, x, rows, ring,
-                                                                      warp, lane);
-    } else {
-      warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
-          acc, w, lo, hi, x, rows, ring, warp, lane);
+      vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
+      if constexpr (kLines) {
+        static_assert(kWarps * kLineSlotsLong * 128 * 16 <= gemm_dyn_smem_bytes(KL),
+                      "line ring exceeds shared_bytes");
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlotsLong, kWarps, W, HALVES>(acc, ws, lo, hi, xs,
+                                                                            rows, ring, warp, lane);
+      } else {
+        warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
+            acc, ws, lo, hi, xs, rows, ring, warp, lane);
+      }
+#else
+      warp_gemm_tiles<NT, kUnroll, W>(acc, ws, lo, hi, K, xs, K, rows, warp * kSteps * 32, kSteps,
+                                      lane);
+#endif // KF_GEMM_ASYNC
     }
     __syncthreads(); // every warp is done with the ring before it is reused
-#else
-    constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
-    warp_gemm_tiles<NT, kUnroll, W>(acc, w, lo, hi, K, x, K, rows, warp * kSteps * 32, kSteps,
-                                    lane);
-#endif // KF_GEMM_ASYNC
     red = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem);
   } else {
     __shared__ float red_short[kWarps][NT][128];
+    for (int sl = slice0; sl < slice1; ++sl) {
+      const kf_bf16 *ws = w + (long long)sl * KL, *xs = x + (long long)sl * KL;
 #if KF_GEMM_ASYNC
-    if constexpr (kLines) {
-      __shared__ vec8 ring[kWarps * kLineSlots * 128];
-      warp_gemm_tiles_lines<K, NT, kLineSlots, kWarps, W, HALVES>(acc, w, lo, hi, x, rows, ring,
-                                                                  warp, lane);
-    } else {
-      __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
-      warp_gemm_tiles_async<K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(
-          acc, w, lo, hi, x, rows, ring, warp, lane);
-    }
+      if constexpr (kLines) {
+        __shared__ vec8 ring[kWarps * kLineSlots * 128];
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, HALVES>(acc, ws, lo, hi, xs, rows,
+                                                                        ring, warp, lane);
+      } else {
+        __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
+        warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(
+            acc, ws, lo, hi, xs, rows, ring, warp, lane);
+      }
 #else
-    constexpr int kSteps = K / 32 / kWarps; // contiguous 32-k steps per warp
-    warp_gemm_tiles<NT, kUnroll, W>(acc, w, lo, hi, K, x, K, rows, warp * kSteps * 32, kSteps,
-                                    lane);
+      warp_gemm_tiles<NT, kUnroll, W>(acc, ws, lo, hi, K, xs, K, rows, warp * kSteps * 32, kSteps,
+                                      lane);
 #endif // KF_GEMM_ASYNC
+    }
     red = red_short;
   }
-  grid_dep_launch(); // the weights are read: the next kernel may start its blocks
+  if (!kEarly)
+    grid_dep_launch(); // the weights are read: the next kernel may start its blocks
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
 #pragma unroll
@@ -375,7 +423,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #pragma unroll
     for (int r = 0; r < W; ++r)
       acc[r] = 0.f;
-    for (int c = lane; c < K / 8; c += kWarpSize) {
+    for (int c = slice0 * (KL / 8) + lane; c < slice1 * (KL / 8); c += kWarpSize) {
       float wf[8];
       unpack8(load_stream(wr + c * 8), wf);
 #pragma unroll
@@ -398,6 +446,22 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   }
 #endif // KF_USE_MMA
   __syncthreads();
+  if constexpr (kCluster) {
+    // Split K: the slices' partial tiles meet in block 0, in rank order.
+    cluster_sync(); // every block's res is written
+    if (rank == 0) {
+      float *mine = &res[0][0][0];
+      for (int e = tid; e < NT * kGemmTileRows * 8; e += THREADS) {
+        float s = mine[e];
+        for (int q = 1; q < KSPLIT; ++q)
+          s += cluster_shared(mine, q)[e];
+        mine[e] = s;
+      }
+    }
+    cluster_sync(); // block 0 is done with the others' res (they may exit)
+    if (rank != 0)
+      return;
+  }
   // HALVES: each half is an 8-row tile to the epilogue (v[0] row wrow, v[1]
   // row 8 + wrow of the matrix tile).
   constexpr int kOutRows = HALVES ? kGemmTileRows / 2 : kGemmTileRows;
@@ -413,14 +477,15 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   }
 }
 
-// Entry: grid [N / 16], block [256], shared_bytes gemm_dyn_smem_bytes(K).
-// x [rows x K], w [N x K], y [rows x N].
+// Entry: grid [N / 16 * KSPLIT] in clusters of [KSPLIT, 1, 1], block [256],
+// shared_bytes gemm_dyn_smem_bytes(K / KSPLIT). x [rows x K], w [N x K],
+// y [rows x N].
 template <class P>
 KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y, int rows) {
   static_assert(P::N % kGemmTileRows == 0, "N must be a multiple of 16");
-  const int n0 = (int)blockIdx.x * kGemmTileRows;
+  const int n0 = (int)(blockIdx.x / P::KSPLIT) * kGemmTileRows;
   const long long off[1] = {(long long)n0 * P::K};
-  skinny_gemm_block<P::K, 1, P::W, kGemmThreads>(
+  skinny_gemm_block<P::K, 1, P::W, kGemmThreads, false, P::KSPLIT>(
       x, w, off, rows, [&](int wrow, int xrow, const float *v) {
         store_bf16(y + (long long)xrow * P::N + n0 + wrow, v[0]);
       });

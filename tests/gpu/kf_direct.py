@@ -194,7 +194,10 @@ def emit(desc_path, model_name, kind, schema, params, width, arch):
     threads = block[0] * block[1] * block[2]
     args = ", ".join(f"{a['type']} {a['name']}" for a in schema["args"])
     names = ", ".join(a["name"] for a in schema["args"])
-    lines += [f'extern "C" __global__ void __launch_bounds__({threads})',
+    cluster = [int(evaluate(e, dict(params, W=width))) for e in schema["launch"].get("cluster", [1, 1, 1])]
+    dims = f" __cluster_dims__({cluster[0]}, {cluster[1]}, {cluster[2]})" \
+        if re.match(r"sm_\d+", arch) and int(re.match(r"sm_(\d+)", arch).group(1)) >= 90 and cluster[0] * cluster[1] * cluster[2] > 1 else ""
+    lines += [f'extern "C" __global__ void __launch_bounds__({threads}){dims}',
               f"{symbol_for(kid)}({args}) {{",
               f"  {schema['entry']}<kf_params>({names});", "}", ""]
     return kid, "\n".join(lines)
