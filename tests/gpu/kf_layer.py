@@ -11,7 +11,8 @@ Environment: KFORGE_TEST_CACHE (a cache with the shipped models for sm_90a;
 else one is built with KFORGE_BIN or build/gen/kforge); KF_TEST_LOADER=direct
 with KF_DIRECT_DIR (kernels from kf_direct.build; KF_DIRECT_FLAGS passes
 compiler flags such as -DKF_FORCE_GENERIC, KF_DIRECT_PREBUILT=1 uses the
-directory as it is); KF_TEST_SPLITS for kernels built with another SPLITS.
+directory as it is); KF_TEST_SPLITS for kernels built with another SPLITS;
+KF_TEST_MODELS="a,b" for some of the shipped models only.
 """
 import json
 import math
@@ -26,7 +27,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kf_direct  # noqa: E402  (descriptions and the fallback loader)
 
-MODELS = ["llama-3.1-8b", "qwen3-8b", "qwen3-0.6b"]
+# KF_TEST_MODELS="a,b" narrows the tests and benchmarks to those models.
+MODELS = [m for m in os.environ.get("KF_TEST_MODELS", "llama-3.1-8b,qwen3-8b,qwen3-0.6b").split(",") if m]
 KINDS = ["input_norm", "qkv_proj", "rope_kv_write", "decode_attention", "o_proj",
          "post_attn_norm", "gate_up_proj", "down_proj"]
 BF16_NAN = 0x7FC0  # poison bits
