@@ -173,7 +173,10 @@ static kf_status cuda_load(rt_driver *d, const void *image, const char *symbol, 
       err->status = st = KF_ERR_SYMBOL;
     goto unload;
   }
-  if (shared > RT_CUDA_DEFAULT_SHARED &&
+  /* The 48 KiB usable without opting in count the kernel's static shared
+   * memory too, which the manifest does not give: any dynamic shared memory
+   * is opted into (which also checks, at load, that it fits beside it). */
+  if (shared > 0 &&
       (st = RT_CHECK(d, err,
                      cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                         (int)shared))) != KF_OK)

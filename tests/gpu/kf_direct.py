@@ -396,7 +396,7 @@ class Runtime:
             fn = ctypes.c_void_p()
             _check(_driver().cuModuleGetFunction(ctypes.byref(fn), mod, e["symbol"].encode()),
                    f"symbol {e['symbol']}")
-            if e["launch"]["shared_bytes"] > 48 * 1024:  # opt in, as the runtime does
+            if e["launch"]["shared_bytes"] > 0:  # opt in (static shared memory counts too), as the runtime does
                 _check(_driver().cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                     e["launch"]["shared_bytes"]), f"shared memory {e['id']}")
             self._fns[e["id"]] = (mod, fn)

@@ -168,7 +168,11 @@ FAKE_EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned
   fake_function *f = fn;
   unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
   (void)extra;
-  if (!have_ctx() || !f || !params || (shared > 48 * 1024 && (int)shared > f->max_dynamic_shared)) {
+  /* static (FAKE_CUDA_STATIC_SHARED, every function's) plus dynamic shared
+   * memory above 48 KiB needs the opt-in for the dynamic part */
+  const int static_shared = fake_env_int("FAKE_CUDA_STATIC_SHARED", 0);
+  if (!have_ctx() || !f || !params ||
+      (static_shared + (int)shared > 48 * 1024 && (int)shared > f->max_dynamic_shared)) {
     atomic_fetch_add(&fake.launch_failures, 1);
     return have_ctx() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
   }

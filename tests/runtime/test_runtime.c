@@ -62,6 +62,7 @@ static void fresh(void) {
   setenv("FAKE_CUDA_CC", "90", 1);
   unsetenv("FAKE_CUDA_DEVICES");
   unsetenv("FAKE_CUDA_INIT_ERROR");
+  unsetenv("FAKE_CUDA_STATIC_SHARED");
   fq_reset(FAKE_CUDA_PATH);
 }
 
@@ -393,6 +394,29 @@ KF_TEST(launch__refuses_rows_outside_one_to_width) {
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 0);
   kf_runtime_close(rt);
   drop_cache(cache);
+}
+
+/* 40 KiB of static shared memory plus 16 KiB of dynamic is over the 48 KiB
+ * a kernel gets without opting in, though the dynamic part alone is not. */
+KF_TEST(launch__opts_into_dynamic_shared_memory_beside_static) {
+  fx_spec spec[] = {{"gemm", 1, "float* o; int rows", 16 * 1024, NULL}};
+  char *cache = fx_tmpdir();
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t o = 0x10;
+  int rows = 1;
+  kf_arg args[] = {{&o, 8}, {&rows, 4}};
+  fresh();
+  setenv("FAKE_CUDA_STATIC_SHARED", "40960", 1);
+  KF_CHECK(fx_cache_add(cache, "m", "sm_90a", spec, 1, 1) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "gemm", 1, &k) == KF_OK);
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 2) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 1);
+  kf_runtime_close(rt);
+  unsetenv("FAKE_CUDA_STATIC_SHARED");
+  fx_remove_tree(cache);
+  free(cache);
 }
 
 KF_TEST(launch__opts_into_shared_memory_above_48_kib) {
