@@ -16,7 +16,7 @@ namespace kf {
 KF_DEVICE float silu_mul(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
 // Entry: grid [INTERMEDIATE / (16 - 8 HALF_TILES) * KSPLIT] in clusters of
-// [KSPLIT, 1, 1], block [256], shared_bytes gemm_dyn_smem_bytes(K / KSPLIT).
+// [KSPLIT, 1, 1], block [256], shared_bytes gemm_dyn_smem_bytes(K / KSPLIT, W).
 // x [rows x K], w [2*INTERMEDIATE x K], out [rows x INTERMEDIATE].
 template <class P>
 KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *out, int rows) {

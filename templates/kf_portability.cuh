@@ -284,6 +284,18 @@ template <class T> KF_DEVICE T *cluster_shared(T *p, int rank) {
 #endif // KF_HAS_CLUSTERS
 }
 
+// Bytes of dynamic shared memory the launch gave this block (NVIDIA; the
+// largest unsigned elsewhere, where no template checks it).
+KF_DEVICE unsigned dynamic_smem_bytes() {
+#if KF_ARCH_IS_NVIDIA
+  unsigned v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+#else
+  return 0xffffffffu;
+#endif // KF_ARCH_IS_NVIDIA
+}
+
 KF_DEVICE void store_vec(void *p, vec8 v) { *reinterpret_cast<vec8 *>(p) = v; }
 
 KF_DEVICE vec8 zero_vec() {

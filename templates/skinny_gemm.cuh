@@ -32,7 +32,7 @@ namespace kf {
 // KF_GEMM_STEPS_IN_FLIGHT: 32-k steps x tiles of weights a warp has in flight
 //   (each is two 16-byte loads per lane) when K < kGemmLongK.
 // KF_GEMM_STEPS_IN_FLIGHT_LONG: the same from K = kGemmLongK on, in a ring in
-//   dynamic shared memory (gemm_dyn_smem_bytes(K), the schemas'
+//   dynamic shared memory (gemm_dyn_smem_bytes(K, W), the schemas'
 //   shared_bytes). Measured on the H200 (docs/perf-notes.md, v3): 8 steps
 //   took down_proj (K = 14336, 56 steps per warp) from 50% to 62-64% of the
 //   read ceiling; for K = 4096 (16 steps per warp) they gained nothing.
@@ -73,6 +73,16 @@ namespace kf {
 #ifndef KF_GEMM_EARLY_RELEASE_BYTES
 #define KF_GEMM_EARLY_RELEASE_BYTES 0
 #endif // KF_GEMM_EARLY_RELEASE_BYTES
+// KF_GEMM_X_RING: 1 (line path) copies each unit's activations (W rows x 64
+//   k) with cp.async into a per-warp ring beside the weights', issued as many
+//   units ahead; 0 loads them from global memory when the unit starts.
+//   Measured on the H200 (docs/perf-notes.md, v6): with the weight stream
+//   saturating the memory system an L2 hit waits about as long as a DRAM
+//   read, and a build without the activation loads ran down_proj at 90%
+//   instead of 77% of the ceiling.
+#ifndef KF_GEMM_X_RING
+#define KF_GEMM_X_RING 1
+#endif // KF_GEMM_X_RING
 // KF_GEMM_ROTATE: 1 starts each block's sweep over K at a different unit (a
 //   function of blockIdx.x alone), so that the blocks of a launch do not all
 //   ask L2 for the same activation lines at the same moment; 0 starts all at
@@ -103,11 +113,24 @@ __host__ __device__ constexpr bool gemm_rotate(int K, int LD) {
 #endif // KF_GEMM_ROTATE
 }
 
-// Dynamic shared memory of one block, as launch.shared_bytes of
-// skinny_gemm.json and gate_up_silu.json spells it: none below kGemmLongK
-// (static ring), 64 KB from there (the ring, then the warps' partial tiles).
-__host__ __device__ constexpr int gemm_dyn_smem_bytes(int K) {
-  return 65536 * (1 - 1 / (K / kGemmLongK + 1));
+// Line-path slots (units of 2 KB) a warp keeps in flight for a sweep of K.
+__host__ __device__ constexpr int gemm_line_slots(int K) {
+  return (K >= kGemmLongK ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT) / 2;
+}
+
+// The activation ring (KF_GEMM_X_RING): per warp, one W x 128-byte slot per
+// weight slot.
+__host__ __device__ constexpr int gemm_x_ring_bytes(int K, int W) {
+  return KF_GEMM_X_RING ? kGemmThreads / 32 * gemm_line_slots(K) * W * 128 : 0;
+}
+
+// Dynamic shared memory of one block for a sweep of K at width W, as
+// launch.shared_bytes of skinny_gemm.json and gate_up_silu.json spells it
+// (with K / KSPLIT): below kGemmLongK the weight ring is static and only the
+// activation ring is dynamic; from there the 64 KB weight ring comes first
+// (the warps' partial tiles reuse it), then the activation ring.
+__host__ __device__ constexpr int gemm_dyn_smem_bytes(int K, int W) {
+  return 65536 * (1 - 1 / (K / kGemmLongK + 1)) + gemm_x_ring_bytes(K, W);
 }
 
 #if KF_USE_MMA
@@ -190,10 +213,17 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const l
 // fragment reads (lanes 4g + t read chunk 4h + t of rows g and g + 8) are both
 // free of bank conflicts. A warp sums its units in a fixed order, so the
 // result does not depend on W or rows. K and LD as in warp_gemm_tiles_async.
+//
+// With KF_GEMM_X_RING the activations of a unit (its W rows x 128 bytes,
+// real rows only) travel in the slot group of the unit's first tile, into
+// xring (P slots of W * 8 vectors per warp, swizzled like the weights), so
+// that they are in flight as long as the weights; those of the first P slots
+// are copied after grid_dep_wait, in P groups of their own, which keeps
+// async_wait<P - 1> right for every slot.
 template <int K, int LD, int NT, int P, int NW, int W, bool SPLIT = false>
 KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
                                      const long long (&hi)[NT], const kf_bf16 *x, int rows,
-                                     vec8 *ring, int warp, int lane) {
+                                     vec8 *ring, vec8 *xring, int warp, int lane) {
   constexpr int S = K / 64; // units in all of K
   constexpr int n = S / NW; // units per warp
   constexpr int C = S % (NW * KF_GEMM_CHUNK) == 0 ? KF_GEMM_CHUNK : 1;
@@ -202,6 +232,8 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
   const int g = lane >> 2, t = lane & 3;
   const int crow = lane >> 3, cchunk = lane & 7; // this lane's copies: row 4q + crow
   vec8 *wring = ring + warp * P * kSlot;
+  constexpr int kXSlot = W * 8; // vec8 per activation slot
+  vec8 *xr = xring + warp * P * kXSlot;
   const kf_bf16 *src[NT][2]; // rows 0..7, rows 8..15 of tile i
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
@@ -213,6 +245,21 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
     j += rot;
     j -= j >= n ? n : 0;
     return ((j / C) * NW + warp) * C + (j % C);
+  };
+  // The activations of unit u (s % NT == 0 for its first slot s): rows
+  // 4q + crow < min(W, rows), one line each.
+  auto issue_x = [&](int s) {
+    if (KF_GEMM_X_RING && s < n * NT && s % NT == 0) {
+      const int k = kunit(s / NT) * 64;
+      vec8 *slot = xr + (s / NT % P) * kXSlot;
+#pragma unroll
+      for (int q = 0; q < (W + 3) / 4; ++q) {
+        const int r = 4 * q + crow;
+        if (r < W && r < rows)
+          async_copy16(slot + r * 8 + (cchunk ^ ((r & 1) << 2)),
+                       x + (long long)r * LD + k + 8 * cchunk);
+      }
+    }
   };
   auto issue = [&](int s) { // slot s of this warp's sequence: unit s / NT, tile s % NT
     if (s < n * NT) {
@@ -232,23 +279,40 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
         async_copy16(slot + r * 8 + (cchunk ^ ((r & 1) << 2)), from + k);
       }
     }
-    async_commit(); // an empty group past the end keeps the wait count uniform
   };
 #pragma unroll
-  for (int s = 0; s < P; ++s)
+  for (int s = 0; s < P; ++s) {
     issue(s);
+    async_commit();
+  }
   grid_dep_wait(); // the weights are constant: only x waits for the previous kernel
+  if constexpr (KF_GEMM_X_RING) {
+#pragma unroll
+    for (int s = 0; s < P; ++s) {
+      issue_x(s);
+      async_commit(); // one group per slot, empty or not: the wait count stays uniform
+    }
+  }
+  const int sw = (g & 1) << 2;
+  const bool xreal = g < W && g < rows; // pad and missing rows read zeros
   auto unit = [&](int j) {
-    const int k = kunit(j) * 64;
-    const vec8 x0 = load_x8<W>(x, LD, k, lane, rows);
-    const vec8 x1 = load_x8<W>(x, LD, k + 32, lane, rows);
+    vec8 x0, x1;
+    if constexpr (!KF_GEMM_X_RING) {
+      const int k = kunit(j) * 64;
+      x0 = load_x8<W>(x, LD, k, lane, rows);
+      x1 = load_x8<W>(x, LD, k + 32, lane, rows);
+    }
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
       const int s = j * NT + i;
       async_wait<P - 1>(); // slot s has landed (this lane's copies)
       warp_sync();         // ... and the other lanes'
+      if (KF_GEMM_X_RING && i == 0) {
+        const vec8 *xs = xr + (j % P) * kXSlot + (xreal ? g : 0) * 8;
+        x0 = xreal ? xs[t ^ sw] : zero_vec();
+        x1 = xreal ? xs[(4 + t) ^ sw] : zero_vec();
+      }
       const vec8 *slot = wring + (s % P) * kSlot;
-      const int sw = (g & 1) << 2;
       wtile16 wt;
       wt.lo = slot[g * 8 + (t ^ sw)];
       wt.hi = slot[(g + 8) * 8 + (t ^ sw)];
@@ -258,6 +322,8 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
       mma_k32(acc[i], wt, x1);
       warp_sync(); // every lane has read slot s before it is refilled
       issue(s + P);
+      issue_x(s + P);
+      async_commit(); // an empty group past the end keeps the wait count uniform
     }
   };
   if constexpr (K >= kGemmLongK) {
@@ -341,24 +407,29 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   for (int i = 0; i < NT; ++i)
     acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   float(*red)[NT][128];
+  // launch.shared_bytes == gemm_dyn_smem_bytes(K / KSPLIT, W); a launch with
+  // less would write past it
+  extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
+  if (dynamic_smem_bytes() < (unsigned)gemm_dyn_smem_bytes(KL, W))
+    __trap();
+  constexpr int kXRingAt = kLong ? 65536 : 0; // the activation ring, after the long-K weight ring
+  vec8 *xring = reinterpret_cast<vec8 *>(kf_gemm_smem + kXRingAt);
+  static_assert(kXRingAt + gemm_x_ring_bytes(KL, W) <= gemm_dyn_smem_bytes(KL, W),
+                "activation ring exceeds shared_bytes");
   if constexpr (kLong) {
-    // The ring lives in dynamic shared memory (launch.shared_bytes ==
-    // gemm_dyn_smem_bytes(K / KSPLIT)); once every copy has landed, the
-    // warps' partial tiles reuse it.
-    static_assert(kUnroll * NT * 2 * THREADS * 16 <= gemm_dyn_smem_bytes(KL),
-                  "ring exceeds shared_bytes");
-    static_assert(kWarps * NT * 128 * 4 <= gemm_dyn_smem_bytes(KL),
-                  "reduction exceeds shared_bytes");
-    extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
+    // The weight ring lives in dynamic shared memory; once every copy has
+    // landed, the warps' partial tiles reuse it.
+    static_assert(kUnroll * NT * 2 * THREADS * 16 <= 65536, "ring exceeds shared_bytes");
+    static_assert(kWarps * NT * 128 * 4 <= 65536, "reduction exceeds shared_bytes");
     for (int sl = slice0; sl < slice1; ++sl) {
       const kf_bf16 *ws = w + (long long)sl * KL, *xs = x + (long long)sl * KL;
 #if KF_GEMM_ASYNC
       vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
       if constexpr (kLines) {
-        static_assert(kWarps * kLineSlotsLong * 128 * 16 <= gemm_dyn_smem_bytes(KL),
+        static_assert(kWarps * kLineSlotsLong * 128 * 16 <= 65536,
                       "line ring exceeds shared_bytes");
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlotsLong, kWarps, W, HALVES>(acc, ws, lo, hi, xs,
-                                                                            rows, ring, warp, lane);
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlotsLong, kWarps, W, HALVES>(
+            acc, ws, lo, hi, xs, rows, ring, xring, warp, lane);
       } else {
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
             acc, ws, lo, hi, xs, rows, ring, warp, lane);
@@ -378,7 +449,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       if constexpr (kLines) {
         __shared__ vec8 ring[kWarps * kLineSlots * 128];
         warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, HALVES>(acc, ws, lo, hi, xs, rows,
-                                                                        ring, warp, lane);
+                                                                        ring, xring, warp, lane);
       } else {
         __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(
@@ -478,7 +549,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 }
 
 // Entry: grid [N / 16 * KSPLIT] in clusters of [KSPLIT, 1, 1], block [256],
-// shared_bytes gemm_dyn_smem_bytes(K / KSPLIT). x [rows x K], w [N x K],
+// shared_bytes gemm_dyn_smem_bytes(K / KSPLIT, W). x [rows x K], w [N x K],
 // y [rows x N].
 template <class P>
 KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y, int rows) {
