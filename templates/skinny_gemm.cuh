@@ -4,17 +4,18 @@
 // Memory-bound: W is read once, in 16-byte pieces. One block (256 threads)
 // owns 16 rows of W (or, split K, one slice of K of them: see
 // skinny_gemm_block); each warp takes units of 64 k of all 16 rows (one
-// 128-byte line per row), two consecutive units at a time, warp after warp,
-// and streams them through its own cp.async ring in shared memory (2 units
-// in flight; 4 from K = 8192, in dynamic shared memory), each copy
-// instruction moving 4 whole lines. It runs m16n8k16 matrix instructions with
-// W as A and the activations as B (one activation row per B column); the
-// block sums the warps' partial tiles in warp order. None of that depends on
-// R, the width or the other rows, so a row's output is bitwise the same
-// alone, among others or padded (batch invariance); columns of pad rows are
-// zero and never stored. Measured on the H200 (docs/perf-notes.md, v4):
-// 67-88% of the read ceiling on the 8B shapes; the half-line copies of v3
-// gave 60-67%.
+// 128-byte line per row), unit after unit, warp after warp, and streams them
+// through its own cp.async ring in shared memory (2 units in flight; 4 from
+// K = 8192), each copy instruction moving 4 whole lines; the unit's
+// activations travel in the same ring. It runs m16n8k16 matrix instructions
+// with W as A and the activations as B (one activation row per B column);
+// the block sums the warps' partial tiles in warp order. None of that
+// depends on R, the width or the other rows, so a row's output is bitwise
+// the same alone, among others or padded (batch invariance); columns of pad
+// rows are zero and never stored. Measured on the H200 (docs/perf-notes.md,
+// v6): 87-91% of the read ceiling on the 8B gate_up and down shapes, 75-83%
+// on qkv and o, where a plain read kernel of the same bytes per launch
+// reaches 74-81%.
 //
 // skinny_gemm_block is the building block (any epilogue, several tiles per
 // block, e.g. gate and up for gate_up_silu.cuh); skinny_gemm_entry is the
@@ -59,11 +60,11 @@ namespace kf {
 #define KF_GEMM_LINES 1
 #endif // KF_GEMM_LINES
 // KF_GEMM_CHUNK: consecutive 64-k units a warp takes before the next warp's
-//   (line path); default 2. Measured on the H200 (docs/perf-notes.md, v6): 1
-//   gave down_proj 1-3 points, qkv_proj 7-12 at R = 1 but -2..-4 at R = 8,
-//   o_proj -2..-9; not changed.
+//   (line path). Measured on the H200 (docs/perf-notes.md, v6): with the
+//   activation ring, 1 beat 2 on every 8B shape by 1-4 points of the ceiling
+//   (without it the two were mixed: the activation loads dominated).
 #ifndef KF_GEMM_CHUNK
-#define KF_GEMM_CHUNK 2
+#define KF_GEMM_CHUNK 1
 #endif // KF_GEMM_CHUNK
 // KF_GEMM_EARLY_RELEASE_BYTES: blocks whose weights are at most this many
 //   bytes release the next kernel (grid_dep_launch) at their start instead of
