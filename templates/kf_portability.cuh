@@ -22,7 +22,6 @@
 #define KF_VENDOR_HIP 0
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
-#include <cooperative_groups.h>
 #endif // defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 // clang-format on
 
@@ -252,15 +251,22 @@ KF_DEVICE void grid_dep_launch() {
 #define KF_HAS_CLUSTERS (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900)
 #endif // defined(KF_FORCE_GENERIC)
 
+// The cluster helpers are PTX of their own rather than cooperative_groups:
+// that header would join every kernel's include closure (and key) for three
+// instructions, and libclang 16 leaks memory parsing it.
+
 // This block's rank among the n consecutive blocks along x that make its
 // cluster: the hardware's with clusters (the launch's clusters must be n x 1
 // x 1, checked: a mismatch traps), blockIdx.x % n without.
 KF_DEVICE int cluster_rank_x(int n) {
 #if KF_HAS_CLUSTERS
-  const cooperative_groups::cluster_group c = cooperative_groups::this_cluster();
-  if ((int)c.num_blocks() != n || (int)c.dim_blocks().x != n)
+  unsigned rank, blocks, dim_x;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(blocks));
+  asm("mov.u32 %0, %%cluster_nctaid.x;" : "=r"(dim_x));
+  if ((int)blocks != n || (int)dim_x != n)
     __trap();
-  return (int)c.block_rank();
+  return (int)rank;
 #else
   return (int)blockIdx.x % n;
 #endif // KF_HAS_CLUSTERS
@@ -270,15 +276,19 @@ KF_DEVICE int cluster_rank_x(int n) {
 // visible to the whole cluster after it.
 KF_DEVICE void cluster_sync() {
 #if KF_HAS_CLUSTERS
-  cooperative_groups::this_cluster().sync();
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+               "barrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
 #endif // KF_HAS_CLUSTERS
 }
 
 // The address of *p (this block's shared memory) in block `rank` of the
-// cluster (with clusters only).
+// cluster, for ordinary loads (with clusters only).
 template <class T> KF_DEVICE T *cluster_shared(T *p, int rank) {
 #if KF_HAS_CLUSTERS
-  return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)rank);
+  unsigned long long r;
+  asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
+  return reinterpret_cast<T *>(r);
 #else
   return rank == 0 ? p : nullptr;
 #endif // KF_HAS_CLUSTERS
