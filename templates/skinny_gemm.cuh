@@ -400,9 +400,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   // The line ring holds the same bytes as the fragment ring: slots of 2 KB
   // per warp, half as many as 1 KB fragment steps.
   constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && KL % (64 * kWarps) == 0;
-  constexpr int kLineSlots = KF_GEMM_STEPS_IN_FLIGHT / 2;
-  constexpr int kLineSlotsLong = KF_GEMM_STEPS_IN_FLIGHT_LONG / 2;
-  constexpr int kSteps = KL / 32 / kWarps; // register path: contiguous 32-k steps per warp
+  constexpr int kLineSlots = gemm_line_slots(KL); // also what sizes the activation ring
+  constexpr int kSteps = KL / 32 / kWarps;        // register path: contiguous 32-k steps per warp
   float acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i)
@@ -427,10 +426,9 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_GEMM_ASYNC
       vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
       if constexpr (kLines) {
-        static_assert(kWarps * kLineSlotsLong * 128 * 16 <= 65536,
-                      "line ring exceeds shared_bytes");
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlotsLong, kWarps, W, HALVES>(
-            acc, ws, lo, hi, xs, rows, ring, xring, warp, lane);
+        static_assert(kWarps * kLineSlots * 128 * 16 <= 65536, "line ring exceeds shared_bytes");
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, HALVES>(acc, ws, lo, hi, xs, rows,
+                                                                        ring, xring, warp, lane);
       } else {
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
             acc, ws, lo, hi, xs, rows, ring, warp, lane);
