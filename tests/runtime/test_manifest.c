@@ -461,26 +461,35 @@ static int shaped_intact(const rt_manifest *m, int n) {
   return 1;
 }
 
+/* text, a shaped_manifest of n entries (maybe edited), parses intact both
+ * ways: step by step from a file, where only the header is parsed at open
+ * (and, with sigs_after, "signatures" is found before that string), then
+ * in one call. */
+static void parses_both_ways(const char *text, int n, const char *sigs_after) {
+  char *path = temp_manifest(text);
+  rt_manifest m;
+  rt_err err;
+  KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK);
+  KF_CHECK(m.nkernels == n && m.nparsed == 0);
+  if (sigs_after)
+    KF_CHECK(m.sigs_end > m.sigs_start && strstr(text, sigs_after) > text + m.sigs_end);
+  for (int i = 0; i < n; i++)
+    KF_CHECK(rt_manifest_kernel(&m, i, &err) == KF_OK && m.nparsed == i + 1);
+  KF_CHECK(rt_manifest_finish(&m, &err) == KF_OK && m.text == NULL);
+  KF_CHECK(shaped_intact(&m, n));
+  rt_manifest_free(&m);
+  KF_CHECK(rt_manifest_parse("x.json", text, strlen(text), &m, &err) == KF_OK);
+  KF_CHECK(shaped_intact(&m, n));
+  rt_manifest_free(&m);
+  remove_temp(path);
+}
+
 KF_TEST(manifest__pretty_compact_or_reordered_parse_alike_and_stream) {
   for (int shape = 0; shape < 4; shape++) {
     char *pretty = shaped_manifest(40, shape & 1);
     char *text = shape & 2 ? compact(pretty) : strdup(pretty);
-    char *path = temp_manifest(text);
-    rt_manifest m;
-    rt_err err;
     /* the scanner reads every shape: the header alone is parsed at open */
-    KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK);
-    KF_CHECK(m.nkernels == 40 && m.nparsed == 0);
-    for (int i = 0; i < 40; i++)
-      KF_CHECK(rt_manifest_kernel(&m, i, &err) == KF_OK && m.nparsed == i + 1);
-    KF_CHECK(rt_manifest_finish(&m, &err) == KF_OK && m.text == NULL);
-    KF_CHECK(shaped_intact(&m, 40));
-    rt_manifest_free(&m);
-    /* and in one call */
-    KF_CHECK(rt_manifest_parse("x.json", text, strlen(text), &m, &err) == KF_OK);
-    KF_CHECK(shaped_intact(&m, 40));
-    rt_manifest_free(&m);
-    remove_temp(path);
+    parses_both_ways(text, 40, NULL);
     free(text);
     free(pretty);
   }
@@ -489,25 +498,13 @@ KF_TEST(manifest__pretty_compact_or_reordered_parse_alike_and_stream) {
 KF_TEST(manifest__the_first_of_two_signatures_members_is_the_one_read) {
   /* as cJSON reads a repeated member: the first, streamed or whole */
   for (int kernels_first = 0; kernels_first < 2; kernels_first++) {
-    char *base = shaped_manifest(6, kernels_first), *text, *path;
+    char *base = shaped_manifest(6, kernels_first), *text;
     const char *close = strrchr(base, '}');
     KF_CHECK(asprintf(&text,
                       "%.*s,\n  \"signatures\": {\"a\": {\"params\": [{\"name\": \"x\", "
                       "\"type\": \"double\", \"size\": 8}]}}\n}\n",
                       (int)(close - base - 1), base) > 0);
-    path = temp_manifest(text);
-    rt_manifest m;
-    rt_err err;
-    KF_CHECK(rt_manifest_open(path, &m, &err) == KF_OK);
-    KF_CHECK(m.sigs_end > m.sigs_start && strstr(text, "\"double\"") > text + m.sigs_end);
-    for (int i = 0; i < 6; i++)
-      KF_CHECK(rt_manifest_kernel(&m, i, &err) == KF_OK);
-    KF_CHECK(rt_manifest_finish(&m, &err) == KF_OK && shaped_intact(&m, 6));
-    rt_manifest_free(&m);
-    KF_CHECK(rt_manifest_parse("x.json", text, strlen(text), &m, &err) == KF_OK);
-    KF_CHECK(shaped_intact(&m, 6));
-    rt_manifest_free(&m);
-    remove_temp(path);
+    parses_both_ways(text, 6, "\"double\"");
     free(text);
     free(base);
   }
