@@ -295,7 +295,15 @@ class LayerTests(_Base):
                 pos[:rows], slots[:rows] = kv.positions(), kv.slots_for_last_token()
                 kv.seq_lens = torch.cat([kv.seq_lens, torch.ones(width - rows, dtype=torch.int32, device="cuda")])
                 kv.block_tables = torch.cat([kv.block_tables, torch.zeros(width - rows, kv.block_tables.shape[1], dtype=torch.int32, device="cuda")])
-                mlp = L.run_layer(ks, s, w, buf, kv, x, res, pos, slots)
+                # as a server runs it: the eight launches in one CUDA graph, back
+                # to back, so that programmatic launches overlap (eager launches
+                # from Python leave gaps that hide a kernel reading ahead of its wait)
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, capture_error_mode="relaxed"):
+                    mlp = L.run_layer(ks, s, w, buf, kv, x, res, pos, slots,
+                                      stream=torch.cuda.current_stream())
+                g.replay()
                 torch.cuda.synchronize()
                 kv.seq_lens, kv.block_tables = kv.seq_lens[:rows], kv.block_tables[:rows]
                 rmlp, rres, rk, rv = L.ref_layer(s, w, k0, v0, kv, x0, res0, rows)
