@@ -10,14 +10,19 @@
 // Work split: grid [SPLITS, NUM_KV_HEADS, W], block 128 threads. A block owns
 // one (row, kv head) and a contiguous range of 16-token tiles: the row's
 // ceil(L / 16) tiles are cut into ranges of max(ceil(tiles / SPLITS), 4)
-// tiles, which depends on the row's own length L alone. K and V of the kv head are read
-// once for all G query heads. Inside a block, warp w takes tiles w, w + 4, ...
-// and keeps an online softmax; the block merges its warps in warp order. A
-// row with one active range writes out directly; otherwise each range writes
-// (max, sum, unnormalised output) to `workspace` and the block that arrives
-// last on the (row, kv head) counter in `semaphores` merges the ranges in
-// range order and resets the counter to zero. So every reduction order is a
-// function of (L, SPLITS) only: batch invariant, and deterministic.
+// tiles, which depends on the row's own length L alone. K and V of the kv
+// head are read once for all G query heads. Inside a block, warp w takes
+// tiles w, w + 4, ... and keeps an online softmax; the block merges its warps
+// in warp order. A row with one active range writes out directly. Otherwise
+// the ranges merge in two levels: the MERGE_CLUSTER ranges of a group (one
+// thread-block cluster on sm_90 and later, launch.cluster) leave their
+// (max, sum, unnormalised output) records in the shared memory of the
+// group's first block, which merges them in range order; each group's
+// record goes to `workspace`, and the group that arrives last on the
+// (row, kv head) counter in `semaphores` merges the groups in group order
+// and resets the counter to zero. Without clusters a group is one range.
+// So every reduction order is a function of (L, SPLITS, MERGE_CLUSTER)
+// only: batch invariant, and deterministic.
 //
 // Buffers the caller provides:
 //   workspace   W * NUM_KV_HEADS * SPLITS * (G * HEAD_DIM + 4 * ceil(G / 2))
@@ -25,6 +30,12 @@
 //   semaphores  W * NUM_KV_HEADS ints, zero before the first launch; every
 //               launch leaves them zero.
 // Launches that share these buffers must not run concurrently.
+//
+// Launched programmatically: before grid_dep_wait it reads seq_lens,
+// block_tables and the K and V of each row's older tokens (all but token
+// seq_lens[r] - 1), so those must be in place before the layer's first kernel
+// starts (host copies, or kernels that have completed); q and the newest
+// token's K and V, which rope_kv_write writes just before, only after it.
 #ifndef KF_DECODE_ATTENTION_CUH
 #define KF_DECODE_ATTENTION_CUH
 
@@ -59,6 +70,18 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 #define KF_ATTN_PREFETCH 0
 #endif // KF_ATTN_PREFETCH
 
+// Tuning knobs of the programmatic launch (docs/perf-notes.md, v7):
+// KF_ATTN_READ_AHEAD 1 loads each warp's first tile before grid_dep_wait
+// (the entry says which); KF_ATTN_EARLY_RELEASE 1 lets the next kernel start
+// its blocks once K and V are read rather than as this kernel's blocks exit
+// (faster back to back at 1K, 4-8 points slower at 32K with one row).
+#ifndef KF_ATTN_READ_AHEAD
+#define KF_ATTN_READ_AHEAD 1
+#endif // KF_ATTN_READ_AHEAD
+#ifndef KF_ATTN_EARLY_RELEASE
+#define KF_ATTN_EARLY_RELEASE 0
+#endif // KF_ATTN_EARLY_RELEASE
+
 #if KF_USE_MMA
 // One 16-token tile of K and V as a lane holds it for the matrix
 // instructions: K tokens 8 nt + g at head-dim 32 j + 8 t; V tokens
@@ -70,9 +93,14 @@ template <int D> struct kv_tile {
 };
 
 // page: the cache page holding the tile (a tile never straddles pages).
-template <int D, int HKV, int PAGE_SIZE>
+// AFTER_WAIT: the loads stay after grid_dep_wait (the tile may hold a token
+// the kernel before writes); false only for tiles read ahead of the wait.
+template <int D, int HKV, int PAGE_SIZE, bool AFTER_WAIT = true>
 KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16 *v_cache, int page,
                             int kv_head, int len, int tile, int lane) {
+  auto load = [](const kf_bf16 *p) {
+    return AFTER_WAIT ? load_stream_after_wait(p) : load_stream(p);
+  };
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = tile * kAttnTile;
   const long long base =
@@ -84,7 +112,7 @@ KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16
     const kf_bf16 *p = k_cache + base + (long long)(8 * nt + g) * HKV * D;
 #pragma unroll
     for (int j = 0; j < D / 32; ++j)
-      r.k[nt][j] = ok ? load_stream(p + 32 * j + 8 * t) : zero_vec();
+      r.k[nt][j] = ok ? load(p + 32 * j + 8 * t) : zero_vec();
   }
 #pragma unroll
   for (int a = 0; a < 4; ++a) {
@@ -93,13 +121,15 @@ KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16
     const kf_bf16 *p = v_cache + base + (long long)(tok - tok0) * HKV * D;
 #pragma unroll
     for (int hh = 0; hh < D / 64; ++hh)
-      r.v[a][hh] = ok ? load_stream(p + 64 * hh + 8 * g) : zero_vec();
+      r.v[a][hh] = ok ? load(p + 64 * hh + 8 * g) : zero_vec();
   }
 }
 
 // Warp building block (matrix instructions): attend tiles first, first + step,
 // ... < end_tile of one row and kv head, and leave the state in part[warp].
 // q rows are the G query heads (q_head0 points at the first, HEAD_DIM apart).
+// have_first: `first` already holds tile first_tile (read ahead of
+// grid_dep_wait); else the warp loads it here.
 //
 // S^T = Q K^T runs as m16n8k16 with the heads as M (G of 16 rows used) and 8
 // tokens as N; its accumulator layout (head g, tokens 2t, 2t+1) is exactly
@@ -110,6 +140,7 @@ template <int D, int G, int HKV, int PAGE_SIZE, int NW>
 KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
                                 const kf_bf16 *v_cache, const int *page_row, int kv_head, int len,
                                 int first_tile, int end_tile, int step, float scale_log2,
+                                const kv_tile<D> &first, bool have_first,
                                 attn_partials<G, D, NW> &part, int warp, int lane) {
   static_assert(D % 64 == 0, "HEAD_DIM must be a multiple of 64");
   static_assert(G >= 1 && G <= 8, "at most 8 query heads per kv head");
@@ -141,8 +172,8 @@ KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
   auto page_of = [&](int tile) {
     return tile < end_tile ? page_row[tile * kAttnTile / PAGE_SIZE] : 0;
   };
-  kv_tile<D> cur, nxt;
-  if (first_tile < end_tile)
+  kv_tile<D> cur = first, nxt;
+  if (!have_first && first_tile < end_tile)
     load_kv_tile<D, HKV, PAGE_SIZE>(cur, k_cache, v_cache, page_of(first_tile), kv_head, len,
                                     first_tile, lane);
   int page_next = page_of(first_tile + step);
@@ -334,127 +365,46 @@ KF_DEVICE void merge_warps(const attn_partials<G, D, NW> &part, Emit emit) {
   }
 }
 
-// Entry: grid [SPLITS, NUM_KV_HEADS, W], block [128].
-template <class P>
-KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
-                                      const kf_bf16 *v_cache, const int *block_tables,
-                                      int block_table_stride, const int *seq_lens, kf_bf16 *out,
-                                      float *workspace, int *semaphores, int rows) {
-  constexpr int D = P::HEAD_DIM, HQ = P::NUM_Q_HEADS, HKV = P::NUM_KV_HEADS;
-  constexpr int G = HQ / HKV, SPLITS = P::SPLITS, PS = P::PAGE_SIZE;
-  constexpr int NW = kAttnThreads / kWarpSize;
-  static_assert(HQ % HKV == 0, "NUM_Q_HEADS must be a multiple of NUM_KV_HEADS");
-  static_assert(PS % kAttnTile == 0, "PAGE_SIZE must be a multiple of 16");
-  // One range's record in workspace: o[G][D], then m[G], l[G], padded to 16 bytes.
-  constexpr int kPartFloats = G * D + (2 * G + 3) / 4 * 4;
+// One range's (or group's) record: o[G][D] unnormalised, then m[G] (log2
+// units) and l[G], padded to 16 bytes.
+template <int G, int D> constexpr int kAttnRecordFloats = G *D + (2 * G + 3) / 4 * 4;
 
-  __shared__ attn_partials<G, D, NW> part;
-  // The merge's stage: as many whole records as fit beside the rest of the
-  // block's static shared memory, below 48 KB (16 of 32 ranges for 4 heads).
-  constexpr int kRecBytes = kPartFloats * 4;
-  constexpr int kStageBytes = 46 * 1024 - (int)sizeof(attn_partials<G, D, NW>);
-  constexpr int kStage = kStageBytes / kRecBytes < 1        ? 1
-                         : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
-                                                            : SPLITS;
-  __shared__ __align__(16) float stage[kStage * kPartFloats];
-  __shared__ int is_last;
-
-  grid_dep_wait(); // q and this step's K/V rows come from the previous kernel
-  const int split = (int)blockIdx.x, kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
-  if (row >= rows)
-    return;
-  const int len = seq_lens[row];
-  const int n_tiles = (len + kAttnTile - 1) / kAttnTile;
-  // At most SPLITS ranges, and at least one tile per warp in each.
-  const int per_range = max((n_tiles + SPLITS - 1) / SPLITS, NW);
-  const int n_ranges = max((n_tiles + per_range - 1) / per_range, 1); // 1 when len == 0: zeros
-  if (split >= n_ranges)
-    return;
-  const int tile0 = split * per_range;
-  const int tile1 = min(tile0 + per_range, n_tiles);
-
-  const int warp = warp_id(), lane = lane_id();
-  const kf_bf16 *q_head0 = q + ((long long)row * HQ + (long long)kv_head * G) * D;
-  const int *page_row = block_tables + (long long)row * block_table_stride;
-  const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
-#if KF_USE_MMA
-  attend_tiles_mma<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
-                                      tile0 + warp, tile1, NW, scale_log2, part, warp, lane);
-#else
-  attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
-                                          tile0 + warp, tile1, NW, scale_log2, part, warp, lane);
-#endif               // KF_USE_MMA
-  grid_dep_launch(); // K and V are read: the next kernel may start its blocks
-  __syncthreads();
-
-  kf_bf16 *out_head0 = out + ((long long)row * HQ + (long long)kv_head * G) * D;
-  if (n_ranges == 1) {
-    merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float, float l) {
-      store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
-    });
-    return;
-  }
-
-  float *ws_pair = workspace + ((long long)row * HKV + kv_head) * SPLITS * kPartFloats;
-  float *rec = ws_pair + (long long)split * kPartFloats;
-  merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float mx, float l) {
-    rec[h * D + d] = acc;
-    if (d == 0) {
-      rec[G * D + h] = mx;
-      rec[G * D + G + h] = l;
-    }
-  });
-  fence_device();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int *sem = semaphores + (long long)row * HKV + kv_head;
-    is_last = atomicAdd(sem, 1) == n_ranges - 1;
-    if (is_last)
-      *sem = 0; // every range has arrived: reset for the next launch
-  }
-  __syncthreads();
-  if (!is_last)
-    return;
-  fence_device();
-
-  // Merge the ranges in range order, a stage of kStage ranges at a time: the
-  // block copies a stage's records (contiguous in workspace) into shared
-  // memory with cp.async, every copy issued together, so a merge waits for
-  // one round trip to L2 per stage (2 for 32 ranges of 4 heads), then merges
-  // from there with a running maximum per head.
-  constexpr int kEl = (G * D / 4 + kAttnThreads - 1) / kAttnThreads; // float4 outputs per thread
+// Block building block: the running merge of records in order, for one
+// (row, kv head). Thread t of THREADS owns the float4 outputs t, t + THREADS,
+// ... of the G x D output, with a running maximum per head.
+template <int G, int D, int THREADS> struct record_merge {
+  static constexpr int kRec = kAttnRecordFloats<G, D>;
+  static constexpr int kEl = (G * D / 4 + THREADS - 1) / THREADS;
   float4 acc[kEl];
   float l[kEl], mx[kEl];
-#pragma unroll
-  for (int q = 0; q < kEl; ++q) {
-    acc[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-    l[q] = 0.f;
-    mx[q] = -INFINITY;
-  }
-  for (int s0 = 0; s0 < n_ranges; s0 += kStage) {
-    const int nb = min(kStage, n_ranges - s0);
-    const float *src = ws_pair + (long long)s0 * kPartFloats;
-    for (int c = (int)threadIdx.x; c < nb * kPartFloats / 4; c += kAttnThreads)
-      async_copy16(stage + 4 * c, src + 4 * c);
-    async_commit();
-    async_wait<0>();
-    __syncthreads();
+
+  KF_DEVICE record_merge() {
 #pragma unroll
     for (int q = 0; q < kEl; ++q) {
-      const int e = (int)threadIdx.x + q * kAttnThreads;
+      acc[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+      l[q] = 0.f;
+      mx[q] = -INFINITY;
+    }
+  }
+
+  // Merges the n records at recs (kRec floats apart, this block's shared memory).
+  KF_DEVICE void absorb(const float *recs, int n) {
+#pragma unroll
+    for (int q = 0; q < kEl; ++q) {
+      const int e = (int)threadIdx.x + q * THREADS;
       if (e < G * D / 4) {
         const int h = e / (D / 4), d = 4 * (e % (D / 4));
         float bmx = mx[q];
-        for (int u = 0; u < nb; ++u)
-          bmx = fmaxf(bmx, stage[u * kPartFloats + G * D + h]);
+        for (int u = 0; u < n; ++u)
+          bmx = fmaxf(bmx, recs[u * kRec + G * D + h]);
         const float c = mx[q] == -INFINITY ? 0.f : exp2f(mx[q] - bmx); // bmx >= mx, finite
         acc[q].x *= c;
         acc[q].y *= c;
         acc[q].z *= c;
         acc[q].w *= c;
         l[q] *= c;
-        for (int u = 0; u < nb; ++u) {
-          const float *rec_u = stage + u * kPartFloats;
+        for (int u = 0; u < n; ++u) {
+          const float *rec_u = recs + u * kRec;
           const float ms = rec_u[G * D + h];
           const float f = ms == -INFINITY ? 0.f : exp2f(ms - bmx);
           const float4 v = *reinterpret_cast<const float4 *>(rec_u + h * D + d);
@@ -467,21 +417,189 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
         mx[q] = bmx;
       }
     }
-    __syncthreads(); // every thread is done with the stage before the next copy
   }
+
+  // The merged state as one record (to merge again later).
+  KF_DEVICE void store_record(float *rec) const {
 #pragma unroll
-  for (int q = 0; q < kEl; ++q) {
-    const int e = (int)threadIdx.x + q * kAttnThreads;
-    if (e < G * D / 4) {
-      const int h = e / (D / 4), d = 4 * (e % (D / 4));
-      const float inv = l[q] > 0.f ? 1.f / l[q] : 0.f;
-      kf_bf16 *o = out_head0 + h * D + d;
-      store_bf16(o, acc[q].x * inv);
-      store_bf16(o + 1, acc[q].y * inv);
-      store_bf16(o + 2, acc[q].z * inv);
-      store_bf16(o + 3, acc[q].w * inv);
+    for (int q = 0; q < kEl; ++q) {
+      const int e = (int)threadIdx.x + q * THREADS;
+      if (e < G * D / 4) {
+        const int h = e / (D / 4), d = 4 * (e % (D / 4));
+        *reinterpret_cast<float4 *>(rec + h * D + d) = acc[q];
+        if (d == 0) {
+          rec[G * D + h] = mx[q];
+          rec[G * D + G + h] = l[q];
+        }
+      }
     }
   }
+
+  // The normalised output, heads D apart from out_head0.
+  KF_DEVICE void store_out(kf_bf16 *out_head0) const {
+#pragma unroll
+    for (int q = 0; q < kEl; ++q) {
+      const int e = (int)threadIdx.x + q * THREADS;
+      if (e < G * D / 4) {
+        const int h = e / (D / 4), d = 4 * (e % (D / 4));
+        const float inv = l[q] > 0.f ? 1.f / l[q] : 0.f;
+        kf_bf16 *o = out_head0 + h * D + d;
+        store_bf16(o, acc[q].x * inv);
+        store_bf16(o + 1, acc[q].y * inv);
+        store_bf16(o + 2, acc[q].z * inv);
+        store_bf16(o + 3, acc[q].w * inv);
+      }
+    }
+  }
+};
+
+// Entry: grid [SPLITS, NUM_KV_HEADS, W] in clusters of [MERGE_CLUSTER, 1, 1],
+// block [128].
+template <class P>
+KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
+                                      const kf_bf16 *v_cache, const int *block_tables,
+                                      int block_table_stride, const int *seq_lens, kf_bf16 *out,
+                                      float *workspace, int *semaphores, int rows) {
+  constexpr int D = P::HEAD_DIM, HQ = P::NUM_Q_HEADS, HKV = P::NUM_KV_HEADS;
+  constexpr int G = HQ / HKV, SPLITS = P::SPLITS, PS = P::PAGE_SIZE;
+  constexpr int NW = kAttnThreads / kWarpSize;
+  // Ranges per group: a cluster's blocks where there are clusters, else 1.
+  constexpr int CL = KF_HAS_CLUSTERS ? P::MERGE_CLUSTER : 1;
+  static_assert(HQ % HKV == 0, "NUM_Q_HEADS must be a multiple of NUM_KV_HEADS");
+  static_assert(PS % kAttnTile == 0, "PAGE_SIZE must be a multiple of 16");
+  static_assert(SPLITS % P::MERGE_CLUSTER == 0, "MERGE_CLUSTER must divide SPLITS");
+  constexpr int kPartFloats = kAttnRecordFloats<G, D>;
+  using merge_t = record_merge<G, D, kAttnThreads>;
+
+  __shared__ attn_partials<G, D, NW> part;
+  // The merges' stage: as many whole records as fit beside the rest of the
+  // block's static shared memory, below 48 KB (18 of 32 ranges for 4 heads).
+  constexpr int kRecBytes = kPartFloats * 4;
+  constexpr int kStageBytes = 46 * 1024 - (int)sizeof(attn_partials<G, D, NW>);
+  constexpr int kStage = kStageBytes / kRecBytes < 1        ? 1
+                         : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
+                                                            : SPLITS;
+  static_assert(kStage >= CL, "a group's records must fit in the stage");
+  __shared__ __align__(16) float stage[kStage * kPartFloats];
+  __shared__ int is_last;
+
+  const int split = (int)blockIdx.x, kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
+  const int len = row < rows ? seq_lens[row] : 0;
+  const int n_tiles = (len + kAttnTile - 1) / kAttnTile;
+  // At most SPLITS ranges, and at least one tile per warp in each.
+  const int per_range = max((n_tiles + SPLITS - 1) / SPLITS, NW);
+  const int n_ranges = max((n_tiles + per_range - 1) / per_range, 1); // 1 when len == 0: zeros
+  const int n_groups = (n_ranges + CL - 1) / CL, group = split / CL;
+  // With more than one range, every block of a group that has ranges takes
+  // part in its cluster's barrier, ranges or not.
+  const bool in_cluster_merge = CL > 1 && n_ranges > 1;
+  const bool active = row < rows && split < n_ranges;
+  const bool leave = row >= rows || group >= n_groups || (!active && !in_cluster_merge);
+  const int tile0 = split * per_range;
+  const int tile1 = min(tile0 + per_range, n_tiles);
+  const int warp = warp_id(), lane = lane_id();
+  const int *page_row = block_tables + (long long)row * block_table_stride;
+
+  // Ahead of grid_dep_wait (a programmatic launch: the kernel before may
+  // still run), each warp loads its first tile of K and V, unless that tile
+  // holds the row's newest token, seq_lens[row] - 1, which the kernel before
+  // (rope_kv_write) writes. So the lookups and the first round trip to memory
+  // overlap the kernel before. What is read here, block_tables, seq_lens and
+  // older tokens' K and V, must be written before the layer's first kernel
+  // starts (docs/contracts.md).
+  const int my_first = tile0 + warp;
+#if KF_USE_MMA
+  kv_tile<D> first{};
+  const bool have_first = KF_ATTN_READ_AHEAD && active && my_first < min(tile1, n_tiles - 1);
+  if (have_first)
+    load_kv_tile<D, HKV, PS, false>(first, k_cache, v_cache, page_row[my_first * kAttnTile / PS],
+                                    kv_head, len, my_first, lane);
+#endif             // KF_USE_MMA
+  grid_dep_wait(); // q and the newest token's K and V come from the kernel before
+  if (leave)
+    return; // the whole cluster: clusters run along x, and a group leaves together
+
+  if (active) {
+    const kf_bf16 *q_head0 = q + ((long long)row * HQ + (long long)kv_head * G) * D;
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+#if KF_USE_MMA
+    attend_tiles_mma<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len, my_first,
+                                        tile1, NW, scale_log2, first, have_first, part, warp, lane);
+#else
+    attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
+                                            my_first, tile1, NW, scale_log2, part, warp, lane);
+#endif // KF_USE_MMA
+  }
+  if (KF_ATTN_EARLY_RELEASE)
+    grid_dep_launch(); // K and V are read: the next kernel may start its blocks
+  __syncthreads();
+
+  kf_bf16 *out_head0 = out + ((long long)row * HQ + (long long)kv_head * G) * D;
+  if (n_ranges == 1) {
+    merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float, float l) {
+      store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
+    });
+    return;
+  }
+
+  // This range's record: into the group's first block (rank 0 of the
+  // cluster, through distributed shared memory), or without clusters
+  // straight into workspace as its group's record.
+  float *ws_pair = workspace + ((long long)row * HKV + kv_head) * SPLITS * kPartFloats;
+  const int rank = CL > 1 ? cluster_rank_x(CL) : 0;
+  float *rec = CL > 1 ? cluster_shared(stage, 0) + rank * kPartFloats
+                      : ws_pair + (long long)split * kPartFloats;
+  if (active)
+    merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float mx, float l) {
+      rec[h * D + d] = acc;
+      if (d == 0) {
+        rec[G * D + h] = mx;
+        rec[G * D + G + h] = l;
+      }
+    });
+  if (CL > 1) {
+    cluster_sync(); // the group's records are in rank 0's stage
+    if (rank != 0)
+      return;
+    merge_t m;
+    m.absorb(stage, min(CL, n_ranges - group * CL));
+    if (n_groups == 1) {
+      m.store_out(out_head0);
+      return;
+    }
+    m.store_record(ws_pair + (long long)group * kPartFloats);
+  }
+  fence_device();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int *sem = semaphores + (long long)row * HKV + kv_head;
+    is_last = atomicAdd(sem, 1) == n_groups - 1;
+    if (is_last)
+      *sem = 0; // every group has arrived: reset for the next launch
+  }
+  __syncthreads();
+  if (!is_last)
+    return;
+  fence_device();
+
+  // Merge the groups in group order, a stage of kStage records at a time:
+  // the block copies a stage's records (contiguous in workspace) into shared
+  // memory with cp.async, every copy issued together, so a merge waits for
+  // one round trip to L2 per stage (2 for 32 ranges of 4 heads without
+  // clusters, 1 with), then merges from there.
+  merge_t all;
+  for (int s0 = 0; s0 < n_groups; s0 += kStage) {
+    const int nb = min(kStage, n_groups - s0);
+    const float *src = ws_pair + (long long)s0 * kPartFloats;
+    for (int c = (int)threadIdx.x; c < nb * kPartFloats / 4; c += kAttnThreads)
+      async_copy16(stage + 4 * c, src + 4 * c);
+    async_commit();
+    async_wait<0>();
+    __syncthreads();
+    all.absorb(stage, nb);
+    __syncthreads(); // every thread is done with the stage before the next copy
+  }
+  all.store_out(out_head0);
 }
 
 } // namespace kf

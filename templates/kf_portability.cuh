@@ -134,6 +134,22 @@ KF_DEVICE vec8 load_stream(const void *p) {
   return v;
 }
 
+// load_stream for data the kernel before may write (KV cache rows in a
+// programmatic launch): volatile, with a memory clobber, so the compiler
+// keeps it after grid_dep_wait.
+KF_DEVICE vec8 load_stream_after_wait(const void *p) {
+  vec8 v;
+#if KF_ARCH_IS_NVIDIA
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p)
+               : "memory");
+#else
+  v = *reinterpret_cast<const vec8 *>(p);
+#endif // KF_ARCH_IS_NVIDIA
+  return v;
+}
+
 // A load of data many blocks read (activations): cached at every level.
 // __ldg (ld.global.nc) rather than inline asm, so that the compiler knows it
 // reads memory and keeps it after grid_dep_wait: the activations come from
@@ -221,10 +237,11 @@ KF_DEVICE void warp_sync() {
 // kernel of the stream start its blocks while this one still runs;
 // grid_dep_wait blocks until the previous kernel has completed and its
 // writes are visible. A kernel reads nothing a previous kernel may write,
-// and writes nothing, before grid_dep_wait: only constant inputs (weights)
-// may be fetched ahead of it. Every block calls grid_dep_wait before it can
-// exit, so a kernel never completes before its predecessor. Both are no-ops
-// in a normal launch and on other targets.
+// and writes nothing, before grid_dep_wait: only inputs no kernel that may
+// still run writes (weights; decode_attention's page tables and older KV
+// rows, docs/contracts.md) may be fetched ahead of it. Every block calls grid_dep_wait before it
+// can exit, so a kernel never completes before its predecessor. Both are no-ops in a normal launch
+// and on other targets.
 #define KF_HAS_GRID_DEP (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900)
 
 KF_DEVICE void grid_dep_wait() {
