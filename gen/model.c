@@ -110,6 +110,7 @@ static void template_free(kf_template *t) {
     free(t->cluster[i]);
   }
   free(t->shared_bytes);
+  free(t->max_blocks_per_sm);
   free(t);
 }
 
@@ -312,8 +313,8 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
     }
   }
   const cJSON *launch = cJSON_GetObjectItemCaseSensitive(root, "launch");
-  static const char *const launch_members[] = {"grid",         "block",   "shared_bytes",
-                                               "programmatic", "cluster", NULL};
+  static const char *const launch_members[] = {
+      "grid", "block", "shared_bytes", "programmatic", "cluster", "max_blocks_per_sm", NULL};
   if (!cJSON_IsObject(launch)) {
     kf_report(found, "launch", "must be an object with grid, block and shared_bytes");
     errors++;
@@ -343,6 +344,9 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
     }
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(launch, "shared_bytes");
     t->shared_bytes = sh ? launch_expr(found, "launch.shared_bytes", sh, &errors) : kf_xstrdup("0");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(launch, "max_blocks_per_sm");
+    t->max_blocks_per_sm =
+        mb ? launch_expr(found, "launch.max_blocks_per_sm", mb, &errors) : kf_xstrdup("0");
     const cJSON *pg = cJSON_GetObjectItemCaseSensitive(launch, "programmatic");
     if (pg && !cJSON_IsBool(pg)) {
       kf_report(found, "launch.programmatic", "must be true or false");
@@ -362,6 +366,8 @@ done:
   }
   if (!t->shared_bytes)
     t->shared_bytes = kf_xstrdup("0");
+  if (!t->max_blocks_per_sm)
+    t->max_blocks_per_sm = kf_xstrdup("0");
   if (errors) {
     L->errors += errors;
     template_free(t);
@@ -1027,13 +1033,13 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
     const kf_kernel_desc *k = &m->kernels[i];
     const kf_template *t = k->tmpl;
     for (size_t w = 0; w < m->nwidths; w++) {
-      const char *exprs[10] = {t->grid[0],    t->grid[1],     t->grid[2],    t->block[0],
-                               t->block[1],   t->block[2],    t->cluster[0], t->cluster[1],
-                               t->cluster[2], t->shared_bytes};
-      int64_t v[10] = {0};
+      const char *exprs[11] = {t->grid[0],    t->grid[1],      t->grid[2],          t->block[0],
+                               t->block[1],   t->block[2],     t->cluster[0],       t->cluster[1],
+                               t->cluster[2], t->shared_bytes, t->max_blocks_per_sm};
+      int64_t v[11] = {0};
       char err[256] = "";
       int bad = 0;
-      for (int e = 0; e < 10 && !bad; e++) {
+      for (int e = 0; e < 11 && !bad; e++) {
         bad = kf_template_eval(k, m->widths[w], exprs[e], &v[e], err, sizeof err) != 0;
         if (!bad && ((e < 9 && v[e] < 1) || v[e] < 0 || v[e] > INT32_MAX)) {
           snprintf(err, sizeof err, "\"%s\" gives %lld for width %d", exprs[e], (long long)v[e],

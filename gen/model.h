@@ -35,8 +35,9 @@ typedef struct kf_template {
   kf_arg_spec *args;
   size_t nargs;
   char *grid[3], *block[3], *shared_bytes; /* expressions over params and W */
-  char *cluster[3]; /* launch.cluster: blocks per thread-block cluster ("1" when absent) */
-  int programmatic; /* launch.programmatic: written for programmatic dependent launch */
+  char *cluster[3];        /* launch.cluster: blocks per thread-block cluster ("1" when absent) */
+  int programmatic;        /* launch.programmatic: written for programmatic dependent launch */
+  char *max_blocks_per_sm; /* launch.max_blocks_per_sm ("0" when absent: no cap) */
 } kf_template;
 
 typedef struct {

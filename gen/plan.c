@@ -108,6 +108,9 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
         kf_template_eval(in->kernel, in->width, t->shared_bytes, &in->shared_bytes, err,
                          sizeof err);
         in->programmatic = t->programmatic && arch_is_sm90_on(in->arch);
+        if (!kf_arch_is_hip(in->arch))
+          kf_template_eval(in->kernel, in->width, t->max_blocks_per_sm, &in->max_blocks_per_sm, err,
+                           sizeof err);
         for (int d = 0; d < 3; d++) {
           in->cluster[d] = 1;
           if (arch_is_sm90_on(in->arch))

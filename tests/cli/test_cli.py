@@ -116,6 +116,20 @@ class Clusters(unittest.TestCase):
         self.assertEqual(w.entries(), set())
 
 
+class MaxBlocksPerSm(unittest.TestCase):
+
+    def test_launch_max_blocks_per_sm_reaches_the_manifest_where_above_zero(self):
+        w = Work(self, "max-blocks")
+        tpl = w.load_json("templates/fx_copy.json")
+        tpl["launch"]["max_blocks_per_sm"] = "2 * (2 / (W + 1))"
+        w.dump_json("templates/fx_copy.json", tpl)
+        self.assertEqual(w.build().summary, (6, 0, 6, 0))
+        launch = {k["id"]: k["launch"] for k in w.manifest("fx-small", "sm_90a")["kernels"]}
+        self.assertEqual(launch["fx-small/copy/w1/sm_90a"].get("max_blocks_per_sm"), 2)
+        self.assertNotIn("max_blocks_per_sm", launch["fx-small/copy/w2/sm_90a"])
+        self.assertNotIn("max_blocks_per_sm", launch["fx-small/add/w1/sm_90a"])
+
+
 class CompileFailure(unittest.TestCase):
 
     def test_compile_failure_shows_diagnostics_and_other_kernels_build(self):

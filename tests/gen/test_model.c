@@ -706,6 +706,40 @@ KF_TEST(model__launch_programmatic_reaches_sm90_and_later_instances_only) {
   kf_model_free(m);
 }
 
+/* ---- launch.max_blocks_per_sm ---- */
+
+static kf_model *load_max_blocks(const char *value, const char *arches, char **err) {
+  char *launch = kf_xasprintf("\"grid\": [1, 1, 1], \"block\": [32, 1, 1], \"shared_bytes\": 0, "
+                              "\"max_blocks_per_sm\": %s",
+                              value);
+  kf_model *m = load_with_launch("t_mb", launch, "[1, 4]", arches, err);
+  free(launch);
+  return m;
+}
+
+KF_TEST(model__launch_max_blocks_per_sm_is_per_width_on_nvidia_arches_only) {
+  fx_model_tree();
+  char *err = NULL;
+  kf_model *m = load_max_blocks("\"2 * (2 / (W + 1))\"", "[\"sm_90a\", \"gfx942\"]", &err);
+  KF_CHECK(m);
+  free(err);
+  kf_plan plan = {0};
+  kf_plan_add_model(&plan, m);
+  const char *ids[] = {"m/k/w1/sm_90a", "m/k/w4/sm_90a", "m/k/w1/gfx942"};
+  const int64_t want[] = {2, 0, 0};
+  for (int i = 0; i < 3; i++) {
+    const kf_instance *in = kf_plan_find(&plan, ids[i]);
+    KF_CHECK(in && in->max_blocks_per_sm == want[i]);
+  }
+  kf_plan_free(&plan);
+  kf_model_free(m);
+  m = load_max_blocks("\"W - 2\"", "[\"sm_90a\"]", &err);
+  KF_CHECK(m == NULL);
+  KF_CHECK_CONTAINS(err, "t_mb.json: launch: error: \"W - 2\" gives -1 for width 1 (kernel k of "
+                         "models/m.json)\n");
+  free(err);
+}
+
 /* ---- launch.cluster ---- */
 
 static kf_model *load_cluster(const char *grid, const char *cluster, const char *arches,
