@@ -41,7 +41,10 @@ enum {
   CUDA_ERROR_NOT_FOUND = 500,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+  CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111,
+  CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
   CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
   RT_CUDA_DEFAULT_SHARED = 48 * 1024 /* usable without opting in */
@@ -61,6 +64,7 @@ typedef struct cuda_fns {
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuFuncGetAttribute)(int *, int, CUfunction); /* optional */
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **); /* optional */
@@ -93,6 +97,7 @@ static const struct {
     SYM(cuModuleGetFunction, "cuModuleGetFunction", NULL),
     SYM(cuModuleUnload, "cuModuleUnload", NULL),
     SYM(cuFuncSetAttribute, "cuFuncSetAttribute", NULL),
+    OPTIONAL_SYM(cuFuncGetAttribute, "cuFuncGetAttribute"),
     SYM(cuLaunchKernel, "cuLaunchKernel", NULL),
     OPTIONAL_SYM(cuLaunchKernelEx, "cuLaunchKernelEx"),
     SYM(cuGetErrorName, "cuGetErrorName", NULL),
@@ -116,6 +121,7 @@ static const struct {
 #define cuModuleGetFunction (f->cuModuleGetFunction)
 #define cuModuleUnload (f->cuModuleUnload)
 #define cuFuncSetAttribute (f->cuFuncSetAttribute)
+#define cuFuncGetAttribute (f->cuFuncGetAttribute)
 #define cuLaunchKernel (f->cuLaunchKernel)
 #define cuLaunchKernelEx (f->cuLaunchKernelEx)
 
@@ -155,8 +161,30 @@ static void ctx_leave(rt_driver *d, int pushed) {
     RT_CHECK(d, &ignored, cuCtxPopCurrent(&popped));
 }
 
+/* The dynamic shared memory that keeps at most max_blocks blocks of fn on an
+ * SM (launch.max_blocks_per_sm): enough that one block more would not fit
+ * beside them. shared itself when that already holds, when more would not
+ * fit in a block, or when the driver cannot tell the sizes. */
+static unsigned cuda_capped_shared(rt_driver *d, CUfunction fn, unsigned shared,
+                                   unsigned max_blocks) {
+  const cuda_fns *f = d->fns;
+  int static_shared = 0;
+  rt_err ignored; /* without the sizes the launch goes ahead uncapped */
+  if (!max_blocks || d->sm_shared <= 0 || !cuFuncGetAttribute ||
+      RT_CHECK(d, &ignored,
+               cuFuncGetAttribute(&static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn)) !=
+          KF_OK)
+    return shared;
+  const long long per_block = (long long)d->sm_shared / ((long long)max_blocks + 1) + 1;
+  const long long need = per_block - static_shared - d->block_reserved_shared;
+  if (need <= (long long)shared || static_shared + need > (long long)d->shared_limit)
+    return shared;
+  return (unsigned)need;
+}
+
 static kf_status cuda_load(rt_driver *d, const void *image, const char *symbol, unsigned shared,
-                           void **module, void **function, rt_err *err) {
+                           unsigned max_blocks, void **module, void **function,
+                           unsigned *launch_shared, rt_err *err) {
   const cuda_fns *f = d->fns;
   CUmodule mod = NULL;
   CUfunction fn = NULL;
@@ -176,6 +204,7 @@ static kf_status cuda_load(rt_driver *d, const void *image, const char *symbol, 
   /* The 48 KiB usable without opting in count the kernel's static shared
    * memory too, which the manifest does not give: any dynamic shared memory
    * is opted into (which also checks, at load, that it fits beside it). */
+  shared = cuda_capped_shared(d, fn, shared, max_blocks);
   if (shared > 0 &&
       (st = RT_CHECK(d, err,
                      cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -183,6 +212,7 @@ static kf_status cuda_load(rt_driver *d, const void *image, const char *symbol, 
     goto unload;
   *module = mod;
   *function = fn;
+  *launch_shared = shared;
   goto out;
 unload:
   RT_CHECK(d, &ignored, cuModuleUnload(mod));
@@ -315,6 +345,17 @@ kf_status rt_cuda_open(rt_driver *d, const char *path, int device, rt_err *err) 
     goto fail;
   d->device = dev;
   d->shared_limit = optin > 0 ? (size_t)optin : RT_CUDA_DEFAULT_SHARED;
+  /* for launch.max_blocks_per_sm only: a driver without them caps nothing */
+  rt_err ignored;
+  if (RT_CHECK(d, &ignored,
+               cuDeviceGetAttribute(&d->sm_shared,
+                                    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+                                    dev)) != KF_OK ||
+      RT_CHECK(d, &ignored,
+               cuDeviceGetAttribute(&d->block_reserved_shared,
+                                    CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, dev)) !=
+          KF_OK)
+    d->sm_shared = d->block_reserved_shared = 0;
   snprintf(d->device_arch, sizeof d->device_arch, "sm_%d%d", d->cc_major, d->cc_minor);
   if ((st = RT_CHECK(d, err, cuDevicePrimaryCtxRetain(&d->ctx, dev))) != KF_OK) {
     d->ctx = NULL;

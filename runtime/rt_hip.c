@@ -134,14 +134,19 @@ static void dev_leave(rt_driver *d, int prev) {
     RT_CHECK(d, &ignored, hipSetDevice(prev));
 }
 
+/* launch.max_blocks_per_sm is a CUDA matter (kforge writes it for NVIDIA
+ * arches only): launches pass the manifest's shared bytes. */
 static kf_status hip_load(rt_driver *d, const void *image, const char *symbol, unsigned shared,
-                          void **module, void **function, rt_err *err) {
+                          unsigned max_blocks, void **module, void **function,
+                          unsigned *launch_shared, rt_err *err) {
   const hip_fns *f = d->fns;
   void *mod = NULL, *fn = NULL;
   int prev;
   kf_status st;
   rt_err ignored;
   *module = *function = NULL;
+  (void)max_blocks;
+  *launch_shared = shared;
   /* AMD GPUs give a workgroup all its LDS without opting in; more than the
    * device has can't be launched, so refuse at load, not at every launch. */
   if (shared > d->shared_limit)

@@ -71,14 +71,19 @@ struct rt_driver {
   int cc_major, cc_minor;        /* CUDA compute capability */
   char device_arch[RT_ARCH_MAX]; /* "sm_90", "gfx942:sramecc+:xnack-" */
   size_t shared_limit;           /* most dynamic shared memory per block */
+  int sm_shared;                 /* CUDA: shared memory per SM (0: unknown) */
+  int block_reserved_shared;     /* CUDA: shared memory the system keeps per block */
   void *ctx;                     /* CUDA primary context */
   /* The driver's own name and text for an error code. */
   void (*error_text)(const rt_driver *d, int code, char *buf, size_t size);
   /* Loads image and resolves symbol; opts the function into shared bytes of
-   * dynamic shared memory when that needs it. KF_ERR_SYMBOL when the symbol
-   * is missing, KF_ERR_DRIVER otherwise; nothing stays loaded on failure. */
+   * dynamic shared memory when that needs it, or into more when max_blocks
+   * (launch.max_blocks_per_sm, 0: none) asks for it: *launch_shared is what
+   * its launches then pass. KF_ERR_SYMBOL when the symbol is missing,
+   * KF_ERR_DRIVER otherwise; nothing stays loaded on failure. */
   kf_status (*load)(rt_driver *d, const void *image, const char *symbol, unsigned shared,
-                    void **module, void **function, rt_err *err);
+                    unsigned max_blocks, void **module, void **function, unsigned *launch_shared,
+                    rt_err *err);
   /* Launches; programmatic: with programmatic stream serialisation where
    * the driver has it (an ordinary launch elsewhere). */
   kf_status (*launch)(rt_driver *d, void *function, const unsigned grid[3], const unsigned block[3],
@@ -137,7 +142,8 @@ typedef struct rt_kdesc {
   int params_shared; /* params belong to a signature: not freed here; NULL
                         while they wait for rt_manifest_signatures */
   unsigned grid[3], block[3], shared;
-  int programmatic; /* launch.programmatic: launch with programmatic stream serialisation */
+  int programmatic;    /* launch.programmatic: launch with programmatic stream serialisation */
+  unsigned max_blocks; /* launch.max_blocks_per_sm, 0 when absent */
 } rt_kdesc;
 
 /* A parameter list shared by every kernel of a kind ("signatures"). */
@@ -244,6 +250,8 @@ struct kf_kernel {
   pthread_mutex_t mu; /* guards loading and meta reading */
   void *module;       /* valid once state is RT_LOADED */
   void *function;
+  unsigned shared; /* a launch's dynamic shared memory (d->shared, or more to
+                      keep launch.max_blocks_per_sm), once RT_LOADED */
   rt_err load_err; /* why loading failed, when RT_FAILED */
   int meta_read;   /* res valid (under mu) */
   kf_resources res;

@@ -45,7 +45,8 @@ kf_status rt_kernel_read(const kf_kernel *k, char **image, rt_err *err) {
 static kf_status load_image(kf_kernel *k, char *image, rt_err *err) {
   kf_runtime *rt = k->rt;
   const rt_kdesc *d = k->d;
-  kf_status st = rt->drv.load(&rt->drv, image, d->symbol, d->shared, &k->module, &k->function, err);
+  kf_status st = rt->drv.load(&rt->drv, image, d->symbol, d->shared, d->max_blocks, &k->module,
+                              &k->function, &k->shared, err);
   free(image);
   if (st == KF_ERR_SYMBOL)
     return rt_err_prefix(err, "kernel %s: entry symbol %s is missing from %s: ", d->id, d->symbol,
@@ -206,7 +207,7 @@ kf_status kf_kernel_launch(kf_kernel *k, void *stream, const kf_arg *args, size_
     }
   }
   if (rt_kernel_load(k, &err) != KF_OK ||
-      k->rt->drv.launch(&k->rt->drv, k->function, d->grid, d->block, d->shared, d->programmatic,
+      k->rt->drv.launch(&k->rt->drv, k->function, d->grid, d->block, k->shared, d->programmatic,
                         stream, params, &err) != KF_OK) {
     if (err.status == KF_ERR_DRIVER)
       rt_err_prefix(&err, "kernel %s: ", d->id);
@@ -262,8 +263,12 @@ kf_status kf_kernel_launch_config(const kf_kernel *k, unsigned grid[3], unsigned
     memcpy(grid, k->d->grid, sizeof k->d->grid);
   if (block)
     memcpy(block, k->d->block, sizeof k->d->block);
+  /* loaded: what the launches pass (launch.max_blocks_per_sm may add to
+   * the manifest's); before, the manifest's, which launches correctly too */
   if (shared_bytes)
-    *shared_bytes = k->d->shared;
+    *shared_bytes = atomic_load_explicit(&k->state, memory_order_acquire) == RT_LOADED
+                        ? k->shared
+                        : k->d->shared;
   return KF_OK;
 }
 

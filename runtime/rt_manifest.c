@@ -362,6 +362,11 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
   if (pg && !cJSON_IsBool(pg))
     return bad(c, "programmatic", "must be true or false");
   k->programmatic = cJSON_IsTrue(pg);
+  const cJSON *mb = cJSON_GetObjectItemCaseSensitive(launch, "max_blocks_per_sm");
+  long long max_blocks = 0;
+  if (mb && get_int(c, mb, "max_blocks_per_sm", 0, 65536.0, &max_blocks, &st) != 0)
+    return st;
+  k->max_blocks = (unsigned)max_blocks;
   c->sub = NULL;
 
   k->width = (int)width;

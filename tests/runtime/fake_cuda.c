@@ -63,8 +63,14 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   case 76:
     *v = cc() % 10;
     return CUDA_SUCCESS;
+  case 81: /* shared memory per SM */
+    *v = fake_env_int("FAKE_CUDA_SM_SHARED", 233472);
+    return CUDA_SUCCESS;
   case 97:
     *v = fake_env_int("FAKE_CUDA_OPTIN", 232448);
+    return CUDA_SUCCESS;
+  case 111: /* shared memory reserved per block */
+    *v = 1024;
     return CUDA_SUCCESS;
   }
   return CUDA_ERROR_INVALID_VALUE;
@@ -159,6 +165,15 @@ FAKE_EXPORT CUresult cuFuncSetAttribute(void *fn, int attr, int value) {
   if (attr != 8 || value < 0 || value > fake_env_int("FAKE_CUDA_OPTIN", 232448))
     return CUDA_ERROR_INVALID_VALUE;
   f->max_dynamic_shared = value;
+  return CUDA_SUCCESS;
+}
+
+/* Only the static shared memory (FAKE_CUDA_STATIC_SHARED, every
+ * function's). */
+FAKE_EXPORT CUresult cuFuncGetAttribute(int *v, int attr, void *fn) {
+  if (!fn || attr != 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  *v = fake_env_int("FAKE_CUDA_STATIC_SHARED", 0);
   return CUDA_SUCCESS;
 }
 

@@ -187,6 +187,9 @@ int fx_cache_add(const char *cache, const char *model, const char *arch, const f
     free(edir);
     free(opath);
     free(mtpath);
+    char blocks[48] = "";
+    if (s->max_blocks)
+      snprintf(blocks, sizeof blocks, ", \"max_blocks_per_sm\": %u", s->max_blocks);
     snprintf(entries[i].text, sizeof entries[i].text,
              "    {\n      \"id\": \"%s\",\n      \"kind\": \"%s\",\n"
              "      \"width\": %d,\n      \"key\": \"%s\",\n"
@@ -195,9 +198,9 @@ int fx_cache_add(const char *cache, const char *model, const char *arch, const f
              "      \"checksum\": \"%s\",\n      \"size\": %d,\n"
              "      \"symbol\": \"%s\",\n      \"params\": %s,\n"
              "      \"launch\": {\"grid\": [%d, 1, 1], \"block\": [256, 1, "
-             "1], \"shared_bytes\": %u}\n    }",
+             "1], \"shared_bytes\": %u%s}\n    }",
              entries[i].id, s->kind, s->width, key, key, key, object_name(arch), key, key, sum,
-             olen, symbol, pj, s->width, s->shared);
+             olen, symbol, pj, s->width, s->shared, blocks);
   }
   qsort(entries, (size_t)n, sizeof *entries, cmp_entry);
   dir = strdup(mpath);

@@ -13,6 +13,7 @@ typedef struct fx_spec {
   const char *params;        /* "const float* x; float* y; int rows" */
   unsigned shared;           /* launch.shared_bytes */
   const char *object_symbol; /* symbol the object holds; NULL: the real one */
+  unsigned max_blocks;       /* launch.max_blocks_per_sm; 0: left out */
 } fx_spec;
 
 /* A fresh directory under $TMPDIR (or /tmp); malloc'd. */

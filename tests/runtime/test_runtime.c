@@ -18,9 +18,9 @@
 #define PROJ_PARAMS "const kf_bf16* x; const kf_bf16* w; kf_bf16* y; long long n; int rows"
 
 static const fx_spec STD[] = {
-    {"norm", 1, NORM_PARAMS, 0, NULL}, {"norm", 2, NORM_PARAMS, 0, NULL},
-    {"norm", 4, NORM_PARAMS, 0, NULL}, {"norm", 8, NORM_PARAMS, 0, NULL},
-    {"proj", 4, PROJ_PARAMS, 0, NULL},
+    {"norm", 1, NORM_PARAMS, 0, NULL, 0}, {"norm", 2, NORM_PARAMS, 0, NULL, 0},
+    {"norm", 4, NORM_PARAMS, 0, NULL, 0}, {"norm", 8, NORM_PARAMS, 0, NULL, 0},
+    {"proj", 4, PROJ_PARAMS, 0, NULL, 0},
 };
 #define NSTD ((int)(sizeof STD / sizeof STD[0]))
 
@@ -160,8 +160,8 @@ KF_TEST(open__refuses_a_truncated_object) {
 }
 
 KF_TEST(open__refuses_a_missing_symbol_with_the_drivers_reason) {
-  fx_spec specs[] = {{"norm", 1, NORM_PARAMS, 0, NULL},
-                     {"norm", 2, NORM_PARAMS, 0, "kf_something_else"}};
+  fx_spec specs[] = {{"norm", 1, NORM_PARAMS, 0, NULL, 0},
+                     {"norm", 2, NORM_PARAMS, 0, "kf_something_else", 0}};
   char *cache = fx_tmpdir(), sym[256];
   kf_runtime *rt = NULL;
   fresh();
@@ -300,7 +300,7 @@ KF_TEST(find__rows_above_the_largest_width_get_a_distinct_status) {
 }
 
 KF_TEST(launch__uses_the_manifests_config_and_passes_the_arguments) {
-  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 4096, NULL}};
+  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 4096, NULL, 0}};
   char *cache = fx_tmpdir(), sym[256];
   kf_runtime *rt = NULL;
   kf_kernel *k = NULL;
@@ -400,8 +400,12 @@ KF_TEST(launch__refuses_rows_outside_one_to_width) {
  * dynamic shared memory and launches it once; the fake refuses a launch of
  * more than 48 KiB of static (FAKE_CUDA_STATIC_SHARED) plus dynamic shared
  * memory without the opt-in. *st: the open's status. */
-static void open_and_launch_shared(unsigned shared, kf_status *st) {
-  fx_spec spec[] = {{"attn", 1, "float* o; int rows", shared, NULL}};
+/* Opens a cache of one kernel (launch.shared_bytes shared, max_blocks_per_sm
+ * max_blocks) and launches it; *launched: the dynamic shared memory the
+ * launch passed, *config: what kf_kernel_launch_config says after it. */
+static void open_and_launch_shared(unsigned shared, unsigned max_blocks, kf_status *st,
+                                   unsigned *launched, unsigned *config) {
+  fx_spec spec[] = {{"attn", 1, "float* o; int rows", shared, NULL, max_blocks}};
   char *cache = fx_tmpdir();
   kf_runtime *rt = NULL;
   kf_kernel *k = NULL;
@@ -415,6 +419,12 @@ static void open_and_launch_shared(unsigned shared, kf_status *st) {
     KF_CHECK(kf_kernel_find(rt, "attn", 1, &k) == KF_OK);
     KF_CHECK(kf_kernel_launch(k, NULL, args, 2) == KF_OK);
     KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 1);
+    fq_launch l;
+    fq_last(FAKE_CUDA_PATH, &l);
+    if (launched)
+      *launched = l.shared;
+    if (config)
+      KF_CHECK(kf_kernel_launch_config(k, NULL, NULL, config) == KF_OK);
     kf_runtime_close(rt);
   } else {
     KF_CHECK(rt == NULL);
@@ -426,21 +436,49 @@ static void open_and_launch_shared(unsigned shared, kf_status *st) {
 KF_TEST(launch__opts_into_dynamic_shared_memory) {
   kf_status st = KF_OK;
   fresh();
-  open_and_launch_shared(100 * 1024, &st);
+  open_and_launch_shared(100 * 1024, 0, &st, NULL, NULL);
   KF_CHECK(st == KF_OK);
   /* 40 KiB static plus 16 KiB dynamic is over the 48 KiB a kernel gets
    * without opting in, though the dynamic part alone is not */
   setenv("FAKE_CUDA_STATIC_SHARED", "40960", 1);
-  open_and_launch_shared(16 * 1024, &st);
+  open_and_launch_shared(16 * 1024, 0, &st, NULL, NULL);
   KF_CHECK(st == KF_OK);
   unsetenv("FAKE_CUDA_STATIC_SHARED");
   /* more than the device allows is refused at open, naming the call */
-  open_and_launch_shared(300 * 1024, &st);
+  open_and_launch_shared(300 * 1024, 0, &st, NULL, NULL);
   KF_CHECK(st == KF_ERR_DRIVER);
   KF_CHECK_CONTAINS(kf_last_error(), "kernel m/attn/w1/sm_90a");
   KF_CHECK_CONTAINS(kf_last_error(), "cuFuncSetAttribute(");
   KF_CHECK_CONTAINS(kf_last_error(), "CUDA_ERROR_INVALID_VALUE");
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+}
+
+KF_TEST(launch__pads_shared_memory_to_keep_max_blocks_per_sm) {
+  kf_status st = KF_OK;
+  unsigned launched = 0, config = 0;
+  fresh();
+  /* 228 KiB per SM, 1 KiB reserved per block, 45 KiB static: a third block
+   * must not fit, so each takes more than 76 KiB (77825 bytes) */
+  setenv("FAKE_CUDA_STATIC_SHARED", "46080", 1);
+  open_and_launch_shared(0, 2, &st, &launched, &config);
+  KF_CHECK(st == KF_OK);
+  KF_CHECK(launched == 233472 / 3 + 1 - 46080 - 1024);
+  KF_CHECK(config == launched);
+  /* what the manifest asks for already keeps it: unchanged */
+  open_and_launch_shared(40 * 1024, 2, &st, &launched, &config);
+  KF_CHECK(st == KF_OK && launched == 40 * 1024 && config == 40 * 1024);
+  /* one block per SM: more than half of it each */
+  open_and_launch_shared(0, 1, &st, &launched, &config);
+  KF_CHECK(st == KF_OK && launched == 233472 / 2 + 1 - 46080 - 1024);
+  /* unless that is more than a block may have: uncapped, not refused */
+  setenv("FAKE_CUDA_OPTIN", "100000", 1);
+  open_and_launch_shared(0, 1, &st, &launched, &config);
+  KF_CHECK(st == KF_OK && launched == 0);
+  unsetenv("FAKE_CUDA_OPTIN");
+  unsetenv("FAKE_CUDA_STATIC_SHARED");
+  /* no cap asked: the manifest's */
+  open_and_launch_shared(0, 0, &st, &launched, &config);
+  KF_CHECK(st == KF_OK && launched == 0 && config == 0);
 }
 
 KF_TEST(launch__leaves_the_callers_context_as_it_was) {
@@ -607,7 +645,7 @@ KF_TEST(readonly__open_find_launch_never_write_the_cache) {
 }
 
 KF_TEST(introspection__params_launch_config_and_resources) {
-  fx_spec specs[] = {{"proj", 4, PROJ_PARAMS, 512, NULL}};
+  fx_spec specs[] = {{"proj", 4, PROJ_PARAMS, 512, NULL, 0}};
   char *cache = fx_tmpdir(), *meta;
   kf_runtime *rt = NULL;
   kf_kernel *k = NULL;
@@ -785,7 +823,7 @@ static char *wide_cache(int n, const fx_spec *extra, char **man) {
   fx_spec *specs = calloc((size_t)n + 1, sizeof *specs);
   char *cache = fx_tmpdir();
   for (int i = 0; i < n; i++)
-    specs[i] = (fx_spec){"k", i + 1, "float* x; int rows", 0, NULL};
+    specs[i] = (fx_spec){"k", i + 1, "float* x; int rows", 0, NULL, 0};
   if (extra)
     specs[n++] = *extra;
   if (fx_cache_add(cache, "m", "sm_90a", specs, n, 1) != 0)
@@ -856,7 +894,7 @@ KF_TEST(open__bad_entry_midway_is_refused_and_what_loaded_is_unloaded) {
 }
 
 KF_TEST(open__repeated_kernel_id_after_many_good_ones_is_refused) {
-  fx_spec again = {"k", 37, "float* x; int rows", 0, NULL};
+  fx_spec again = {"k", 37, "float* x; int rows", 0, NULL, 0};
   char *man, *cache = wide_cache(40, &again, &man);
   kf_runtime *rt = (kf_runtime *)1;
   fresh();
@@ -999,7 +1037,7 @@ static void sign_after_kernels(const char *man, const char *sigs) {
   "{\"name\": \"rows\", \"type\": \"int\", \"size\": 4}]}"
 
 KF_TEST(open__signatures_after_the_kernels_reach_every_kernel_before_open_returns) {
-  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL};
+  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL, 0};
   char *man, *cache = wide_cache(40, &proj, &man), *text;
   kf_runtime *rt = NULL;
   kf_kernel *k = NULL;
@@ -1039,7 +1077,7 @@ KF_TEST(open__signatures_after_the_kernels_reach_every_kernel_before_open_return
 }
 
 KF_TEST(open__bad_signature_after_many_good_entries_is_refused_and_nothing_stays_loaded) {
-  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL};
+  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL, 0};
   char *man, *cache = wide_cache(40, &proj, &man), *plain = slurp(man), *good;
   const char *bad_type = "signatures.k.params[0].type: error: unknown type 'double'";
   kf_runtime *rt = (kf_runtime *)1;
@@ -1092,7 +1130,8 @@ KF_TEST(open__bad_signature_after_many_good_entries_is_refused_and_nothing_stays
 /* The std-style cache with the entry of `id` given launch.programmatic =
  * value (a JSON literal); *man is the manifest's path. */
 static char *programmatic_cache(const char *id, const char *value, char **man) {
-  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL}, {"attn", 1, "float* o; int rows", 0, NULL}};
+  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL, 0},
+                     {"attn", 1, "float* o; int rows", 0, NULL, 0}};
   char *cache = fx_tmpdir(), *text, *at, *edited;
   if (fx_cache_add(cache, "m", "sm_90a", specs, 2, 1) != 0)
     abort();
