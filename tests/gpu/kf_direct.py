@@ -174,7 +174,7 @@ def launch_dims(schema, params, width):
     grid = [int(evaluate(e, names)) for e in lc["grid"]]
     block = [int(evaluate(e, names)) for e in lc["block"]]
     shared = int(evaluate(lc["shared_bytes"], names))
-    return grid, block, shared
+    return grid, block, shared, int(evaluate(lc.get("max_blocks_per_sm", 0), names))
 
 
 def emit(desc_path, model_name, kind, schema, params, width, arch):
@@ -190,7 +190,7 @@ def emit(desc_path, model_name, kind, schema, params, width, arch):
         else:
             lines.append(f"  static constexpr float {pname} = {_c_float(v)};")
     lines += ["};", "} // namespace", ""]
-    _, block, _ = launch_dims(schema, params, width)
+    _, block, _, _ = launch_dims(schema, params, width)
     threads = block[0] * block[1] * block[2]
     args = ", ".join(f"{a['type']} {a['name']}" for a in schema["args"])
     names = ", ".join(a["name"] for a in schema["args"])
@@ -267,13 +267,13 @@ def build(models, arches, outdir, jobs=None, extra=(), overrides=None):
         results = list(ex.map(job, work))
     indexes = {}
     for (kid, src, cubin, arch, schema, params, w, d, kind), (_, res) in zip(work, results):
-        grid, block, shared = launch_dims(schema, params, w)
+        grid, block, shared, max_blocks = launch_dims(schema, params, w)
         indexes.setdefault(d, []).append({
             "id": kid, "kind": kind, "width": w, "symbol": symbol_for(kid),
             "object": os.path.basename(cubin),
             "params": [{"name": a["name"], "type": a["type"]} for a in schema["args"]],
             "template_params": params, "launch": {"grid": grid, "block": block,
-                                                  "shared_bytes": shared,
+                                                  "shared_bytes": shared, "max_blocks_per_sm": max_blocks,
                                                   "programmatic": bool(schema["launch"].get("programmatic"))},
             "resources": res})
     for d, ks in indexes.items():
@@ -372,6 +372,24 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
                 ("attrs", ctypes.POINTER(_LaunchAttr)), ("numAttrs", ctypes.c_uint)]
 
 
+def _capped_shared(fn, shared, max_blocks):
+    """The runtime's rule for launch.max_blocks_per_sm (rt_cuda.c): enough
+    dynamic shared memory that one block more than max_blocks would not fit
+    on an SM."""
+    import torch
+    drv = _driver()
+    dev, v = ctypes.c_int(), ctypes.c_int()
+    _check(drv.cuDeviceGet(ctypes.byref(dev), torch.cuda.current_device()), "cuDeviceGet")
+
+    def attr(a):
+        _check(drv.cuDeviceGetAttribute(ctypes.byref(v), a, dev), f"device attribute {a}")
+        return v.value
+    sm, optin, reserved = attr(81), attr(97), attr(111)
+    _check(drv.cuFuncGetAttribute(ctypes.byref(v), 1, fn), "static shared memory")
+    need = sm // (max_blocks + 1) + 1 - v.value - reserved
+    return need if shared < need and v.value + need <= optin else shared
+
+
 class Runtime:
     """Same surface as kforge.Runtime, over a directory written by build()."""
 
@@ -396,6 +414,9 @@ class Runtime:
             fn = ctypes.c_void_p()
             _check(_driver().cuModuleGetFunction(ctypes.byref(fn), mod, e["symbol"].encode()),
                    f"symbol {e['symbol']}")
+            if e["launch"].get("max_blocks_per_sm"):
+                e["launch"]["shared_bytes"] = _capped_shared(fn, e["launch"]["shared_bytes"],
+                                                             e["launch"]["max_blocks_per_sm"])
             if e["launch"]["shared_bytes"] > 0:  # opt in (static shared memory counts too), as the runtime does
                 _check(_driver().cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                     e["launch"]["shared_bytes"]), f"shared memory {e['id']}")

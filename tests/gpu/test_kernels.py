@@ -259,6 +259,25 @@ class AttentionTests(_Base):
             self.assertInvariant(lambda ids: self._run(model, q8[ids], kv, ids),
                                  f"{model}/decode_attention")
 
+    def test_width_1_attention_keeps_2_blocks_per_sm(self):
+        """launch.max_blocks_per_sm: the runtime pads width 1's dynamic shared
+        memory so that a third block does not fit on an SM (1024 bytes are
+        reserved per block on the H200), while widths 2 and up keep the
+        manifest's."""
+        if L.loader_name() != "kforge":
+            self.skipTest("the padding is the kforge runtime's")
+        for model in L.MODELS:
+            for rows in (1, 2):
+                k = self.rt(model).kernel("decode_attention", rows)
+                self._run(model, L.randn(rows, L.Shape(model).hq * L.Shape(model).d),
+                          L.PagedKV(L.Shape(model), [1000] * rows), list(range(rows)))
+                per_block = k.resources["shared_bytes"] + k.launch_config["shared_bytes"] + 1024
+                blocks = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor // per_block
+                if rows == 1:
+                    self.assertEqual(blocks, 2, f"{model}: {per_block} bytes per block")
+                else:
+                    self.assertEqual(k.launch_config["shared_bytes"], 0, f"{model} width {k.width}")
+
     def test_decode_attention_long(self):
         """Sequence lengths up to 128K (131072) and one past it."""
         # page size 16 and 64 (KF_TEST_MODELS may leave them out: then the others)
