@@ -73,13 +73,17 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // Tuning knobs of the programmatic launch (docs/perf-notes.md, v7):
 // KF_ATTN_READ_AHEAD 1 loads each warp's first tile before grid_dep_wait
 // (the entry says which); KF_ATTN_EARLY_RELEASE 1 lets the next kernel start
-// its blocks once K and V are read rather than as this kernel's blocks exit
-// (faster back to back at 1K, 4-8 points slower at 32K with one row).
+// its blocks once K and V are read, 0 only as this kernel's blocks exit.
+// Early release needs the width-1 launch capped at 2 blocks per SM (the
+// schema's launch.max_blocks_per_sm): uncapped, the next launch's first
+// blocks took each SM's third slot while this one merged, and the blocks
+// placed later piled onto the SMs that emptied first (32K tokens at R = 1:
+// 75 -> 66%).
 #ifndef KF_ATTN_READ_AHEAD
 #define KF_ATTN_READ_AHEAD 1
 #endif // KF_ATTN_READ_AHEAD
 #ifndef KF_ATTN_EARLY_RELEASE
-#define KF_ATTN_EARLY_RELEASE 0
+#define KF_ATTN_EARLY_RELEASE 1
 #endif // KF_ATTN_EARLY_RELEASE
 
 #if KF_USE_MMA
