@@ -371,7 +371,7 @@ KF_DEVICE void merge_warps(const attn_partials<G, D, NW> &part, Emit emit) {
 
 // One range's (or group's) record: o[G][D] unnormalised, then m[G] (log2
 // units) and l[G], padded to 16 bytes.
-template <int G, int D> constexpr int kAttnRecordFloats = G *D + (2 * G + 3) / 4 * 4;
+template <int G, int D> constexpr int kAttnRecordFloats = (G * D) + (2 * G + 3) / 4 * 4;
 
 // Block building block: the running merge of records in order, for one
 // (row, kv head). Thread t of THREADS owns the float4 outputs t, t + THREADS,
