@@ -68,11 +68,14 @@ namespace kf {
 #endif // KF_GEMM_CHUNK
 // KF_GEMM_EARLY_RELEASE_BYTES: blocks whose weights are at most this many
 //   bytes release the next kernel (grid_dep_launch) at their start instead of
-//   after their main loop; default 0 (never). Measured on the H200 (v6) at
-//   65536: Qwen3-0.6B's qkv_proj launched back to back went from 51% to 65%
-//   of the ceiling, but the layer, where no GEMM follows a GEMM, did not move.
+//   after their main loop: the 8B qkv and o blocks (128 KB) and every Qwen3-0.6B
+//   one. It pays only with the schemas' launch.max_blocks_per_sm, which keeps
+//   a one-wave grid at its own blocks per SM: uncapped, the next launch's
+//   blocks took the spare slots early and unbalanced it (v6: 8B qkv / o back
+//   to back 8-16 points lower); capped, 8B qkv went from 84 to 88-90% of the
+//   ceiling and o from 78 to 81-83% (docs/perf-notes.md, v7).
 #ifndef KF_GEMM_EARLY_RELEASE_BYTES
-#define KF_GEMM_EARLY_RELEASE_BYTES 0
+#define KF_GEMM_EARLY_RELEASE_BYTES 131072
 #endif // KF_GEMM_EARLY_RELEASE_BYTES
 // KF_GEMM_X_RING: 1 (line path) copies each unit's activations (W rows x 64
 //   k) with cp.async into a per-warp ring beside the weights', issued as many
