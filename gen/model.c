@@ -313,8 +313,9 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
     }
   }
   const cJSON *launch = cJSON_GetObjectItemCaseSensitive(root, "launch");
-  static const char *const launch_members[] = {
-      "grid", "block", "shared_bytes", "programmatic", "cluster", "max_blocks_per_sm", NULL};
+  static const char *const launch_members[] = {"grid",         "block",   "shared_bytes",
+                                               "programmatic", "cluster", "max_blocks_per_sm",
+                                               "one_wave",     NULL};
   if (!cJSON_IsObject(launch)) {
     kf_report(found, "launch", "must be an object with grid, block and shared_bytes");
     errors++;
@@ -353,6 +354,12 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
       errors++;
     }
     t->programmatic = cJSON_IsTrue(pg);
+    const cJSON *ow = cJSON_GetObjectItemCaseSensitive(launch, "one_wave");
+    if (ow && !cJSON_IsBool(ow)) {
+      kf_report(found, "launch.one_wave", "must be true or false");
+      errors++;
+    }
+    t->one_wave = cJSON_IsTrue(ow);
   }
 done:
   cJSON_Delete(root);

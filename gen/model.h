@@ -38,6 +38,7 @@ typedef struct kf_template {
   char *cluster[3];        /* launch.cluster: blocks per thread-block cluster ("1" when absent) */
   int programmatic;        /* launch.programmatic: written for programmatic dependent launch */
   char *max_blocks_per_sm; /* launch.max_blocks_per_sm ("0" when absent: no cap) */
+  int one_wave;            /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
 } kf_template;
 
 typedef struct {

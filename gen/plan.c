@@ -108,6 +108,7 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
         kf_template_eval(in->kernel, in->width, t->shared_bytes, &in->shared_bytes, err,
                          sizeof err);
         in->programmatic = t->programmatic && arch_is_sm90_on(in->arch);
+        in->one_wave = t->one_wave && !kf_arch_is_hip(in->arch);
         if (!kf_arch_is_hip(in->arch))
           kf_template_eval(in->kernel, in->width, t->max_blocks_per_sm, &in->max_blocks_per_sm, err,
                            sizeof err);

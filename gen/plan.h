@@ -19,6 +19,7 @@ typedef struct {
   int programmatic;   /* the template's launch.programmatic, on arches that have it (sm_90+) */
   int64_t cluster[3]; /* the template's launch.cluster; {1, 1, 1} on arches without clusters */
   int64_t max_blocks_per_sm; /* the template's launch.max_blocks_per_sm on NVIDIA arches, else 0 */
+  int one_wave;              /* the template's launch.one_wave on NVIDIA arches, else 0 */
 } kf_instance;
 
 typedef struct {

@@ -473,6 +473,8 @@ static cJSON *manifest_entry(const kf_unit *u) {
   cJSON_AddNumberToObject(launch, "shared_bytes", (double)u->in->shared_bytes);
   if (u->in->programmatic)
     cJSON_AddTrueToObject(launch, "programmatic");
+  if (u->in->one_wave)
+    cJSON_AddTrueToObject(launch, "one_wave");
   if (u->in->max_blocks_per_sm > 0)
     cJSON_AddNumberToObject(launch, "max_blocks_per_sm", (double)u->in->max_blocks_per_sm);
   if (u->in->cluster[0] * u->in->cluster[1] * u->in->cluster[2] > 1) {

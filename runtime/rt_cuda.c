@@ -41,6 +41,7 @@ enum {
   CUDA_ERROR_NOT_FOUND = 500,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
   CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111,
@@ -345,8 +346,13 @@ kf_status rt_cuda_open(rt_driver *d, const char *path, int device, rt_err *err) 
     goto fail;
   d->device = dev;
   d->shared_limit = optin > 0 ? (size_t)optin : RT_CUDA_DEFAULT_SHARED;
-  /* for launch.max_blocks_per_sm only: a driver without them caps nothing */
+  /* for launch.max_blocks_per_sm and one_wave only: a driver without them
+   * caps nothing */
   rt_err ignored;
+  if (RT_CHECK(d, &ignored,
+               cuDeviceGetAttribute(&d->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) !=
+      KF_OK)
+    d->sm_count = 0;
   if (RT_CHECK(d, &ignored,
                cuDeviceGetAttribute(&d->sm_shared,
                                     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,

@@ -71,6 +71,7 @@ struct rt_driver {
   int cc_major, cc_minor;        /* CUDA compute capability */
   char device_arch[RT_ARCH_MAX]; /* "sm_90", "gfx942:sramecc+:xnack-" */
   size_t shared_limit;           /* most dynamic shared memory per block */
+  int sm_count;                  /* CUDA: streaming multiprocessors (0: unknown) */
   int sm_shared;                 /* CUDA: shared memory per SM (0: unknown) */
   int block_reserved_shared;     /* CUDA: shared memory the system keeps per block */
   void *ctx;                     /* CUDA primary context */
@@ -144,6 +145,7 @@ typedef struct rt_kdesc {
   unsigned grid[3], block[3], shared;
   int programmatic;    /* launch.programmatic: launch with programmatic stream serialisation */
   unsigned max_blocks; /* launch.max_blocks_per_sm, 0 when absent */
+  int one_wave;        /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
 } rt_kdesc;
 
 /* A parameter list shared by every kernel of a kind ("signatures"). */

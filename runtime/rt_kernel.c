@@ -41,12 +41,26 @@ kf_status rt_kernel_read(const kf_kernel *k, char **image, rt_err *err) {
   return KF_OK;
 }
 
+/* The most blocks of d per SM its launches should leave room for: the
+ * manifest's max_blocks_per_sm, and with one_wave no more than the grid's
+ * share of the device's SMs (0: no cap). */
+static unsigned blocks_per_sm_cap(const rt_driver *drv, const rt_kdesc *d) {
+  unsigned cap = d->max_blocks;
+  if (d->one_wave && drv->sm_count > 0) {
+    const unsigned long long blocks = (unsigned long long)d->grid[0] * d->grid[1] * d->grid[2];
+    const unsigned wave =
+        (unsigned)((blocks + (unsigned)drv->sm_count - 1) / (unsigned)drv->sm_count);
+    cap = cap && cap < wave ? cap : wave;
+  }
+  return cap;
+}
+
 /* Hands a checked image to the driver; takes ownership of image. */
 static kf_status load_image(kf_kernel *k, char *image, rt_err *err) {
   kf_runtime *rt = k->rt;
   const rt_kdesc *d = k->d;
-  kf_status st = rt->drv.load(&rt->drv, image, d->symbol, d->shared, d->max_blocks, &k->module,
-                              &k->function, &k->shared, err);
+  kf_status st = rt->drv.load(&rt->drv, image, d->symbol, d->shared, blocks_per_sm_cap(&rt->drv, d),
+                              &k->module, &k->function, &k->shared, err);
   free(image);
   if (st == KF_ERR_SYMBOL)
     return rt_err_prefix(err, "kernel %s: entry symbol %s is missing from %s: ", d->id, d->symbol,

@@ -367,6 +367,10 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
   if (mb && get_int(c, mb, "max_blocks_per_sm", 0, 65536.0, &max_blocks, &st) != 0)
     return st;
   k->max_blocks = (unsigned)max_blocks;
+  const cJSON *ow = cJSON_GetObjectItemCaseSensitive(launch, "one_wave");
+  if (ow && !cJSON_IsBool(ow))
+    return bad(c, "one_wave", "must be true or false");
+  k->one_wave = cJSON_IsTrue(ow);
   c->sub = NULL;
 
   k->width = (int)width;

@@ -129,6 +129,16 @@ class MaxBlocksPerSm(unittest.TestCase):
         self.assertNotIn("max_blocks_per_sm", launch["fx-small/copy/w2/sm_90a"])
         self.assertNotIn("max_blocks_per_sm", launch["fx-small/add/w1/sm_90a"])
 
+    def test_launch_one_wave_reaches_the_manifest(self):
+        w = Work(self, "one-wave")
+        tpl = w.load_json("templates/fx_copy.json")
+        tpl["launch"]["one_wave"] = True
+        w.dump_json("templates/fx_copy.json", tpl)
+        self.assertEqual(w.build().summary, (6, 0, 6, 0))
+        launch = {k["id"]: k["launch"] for k in w.manifest("fx-small", "sm_90a")["kernels"]}
+        self.assertIs(launch["fx-small/copy/w2/sm_90a"].get("one_wave"), True)
+        self.assertNotIn("one_wave", launch["fx-small/add/w2/sm_90a"])
+
 
 class CompileFailure(unittest.TestCase):
 

@@ -740,6 +740,28 @@ KF_TEST(model__launch_max_blocks_per_sm_is_per_width_on_nvidia_arches_only) {
   free(err);
 }
 
+KF_TEST(model__launch_one_wave_is_a_boolean_for_nvidia_arches_only) {
+  fx_model_tree();
+  char *err = NULL;
+  kf_model *m =
+      load_with_launch("t_ow", "\"grid\": [\"W\", 1, 1], \"block\": [32, 1, 1], \"one_wave\": true",
+                       "[1, 4]", "[\"sm_90a\", \"gfx942\"]", &err);
+  KF_CHECK(m);
+  free(err);
+  kf_plan plan = {0};
+  kf_plan_add_model(&plan, m);
+  const kf_instance *cu = kf_plan_find(&plan, "m/k/w4/sm_90a");
+  const kf_instance *hip = kf_plan_find(&plan, "m/k/w4/gfx942");
+  KF_CHECK(cu && cu->one_wave == 1 && hip && hip->one_wave == 0);
+  kf_plan_free(&plan);
+  kf_model_free(m);
+  m = load_with_launch("t_ow", "\"grid\": [1, 1, 1], \"block\": [32, 1, 1], \"one_wave\": 1", "[1]",
+                       "[\"sm_90a\"]", &err);
+  KF_CHECK(m == NULL);
+  KF_CHECK_CONTAINS(err, "t_ow.json: launch.one_wave: error: must be true or false\n");
+  free(err);
+}
+
 /* ---- launch.cluster ---- */
 
 static kf_model *load_cluster(const char *grid, const char *cluster, const char *arches,

@@ -63,6 +63,9 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   case 76:
     *v = cc() % 10;
     return CUDA_SUCCESS;
+  case 16: /* SMs */
+    *v = fake_env_int("FAKE_CUDA_SMS", 132);
+    return CUDA_SUCCESS;
   case 81: /* shared memory per SM */
     *v = fake_env_int("FAKE_CUDA_SM_SHARED", 233472);
     return CUDA_SUCCESS;

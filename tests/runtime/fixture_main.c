@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
   for (int a = 5; a + 2 < argc; a += 3) {
     char *widths = strdup(argv[a + 1]), *save = NULL;
     for (char *w = strtok_r(widths, ",", &save); w && n < 256; w = strtok_r(NULL, ",", &save))
-      specs[n++] = (fx_spec){argv[a], atoi(w), argv[a + 2], 0, NULL, 0};
+      specs[n++] = (fx_spec){argv[a], atoi(w), argv[a + 2], 0, NULL, 0, 0};
     /* widths stays allocated: specs point at argv only, not at it. */
     free(widths);
   }

@@ -187,9 +187,11 @@ int fx_cache_add(const char *cache, const char *model, const char *arch, const f
     free(edir);
     free(opath);
     free(mtpath);
-    char blocks[48] = "";
+    char blocks[80] = "";
     if (s->max_blocks)
       snprintf(blocks, sizeof blocks, ", \"max_blocks_per_sm\": %u", s->max_blocks);
+    if (s->one_wave)
+      snprintf(blocks + strlen(blocks), sizeof blocks - strlen(blocks), ", \"one_wave\": true");
     snprintf(entries[i].text, sizeof entries[i].text,
              "    {\n      \"id\": \"%s\",\n      \"kind\": \"%s\",\n"
              "      \"width\": %d,\n      \"key\": \"%s\",\n"

@@ -14,6 +14,7 @@ typedef struct fx_spec {
   unsigned shared;           /* launch.shared_bytes */
   const char *object_symbol; /* symbol the object holds; NULL: the real one */
   unsigned max_blocks;       /* launch.max_blocks_per_sm; 0: left out */
+  int one_wave;              /* launch.one_wave: true; 0: left out */
 } fx_spec;
 
 /* A fresh directory under $TMPDIR (or /tmp); malloc'd. */

@@ -18,9 +18,9 @@
 #define PROJ_PARAMS "const kf_bf16* x; const kf_bf16* w; kf_bf16* y; long long n; int rows"
 
 static const fx_spec STD[] = {
-    {"norm", 1, NORM_PARAMS, 0, NULL, 0}, {"norm", 2, NORM_PARAMS, 0, NULL, 0},
-    {"norm", 4, NORM_PARAMS, 0, NULL, 0}, {"norm", 8, NORM_PARAMS, 0, NULL, 0},
-    {"proj", 4, PROJ_PARAMS, 0, NULL, 0},
+    {"norm", 1, NORM_PARAMS, 0, NULL, 0, 0}, {"norm", 2, NORM_PARAMS, 0, NULL, 0, 0},
+    {"norm", 4, NORM_PARAMS, 0, NULL, 0, 0}, {"norm", 8, NORM_PARAMS, 0, NULL, 0, 0},
+    {"proj", 4, PROJ_PARAMS, 0, NULL, 0, 0},
 };
 #define NSTD ((int)(sizeof STD / sizeof STD[0]))
 
@@ -160,8 +160,8 @@ KF_TEST(open__refuses_a_truncated_object) {
 }
 
 KF_TEST(open__refuses_a_missing_symbol_with_the_drivers_reason) {
-  fx_spec specs[] = {{"norm", 1, NORM_PARAMS, 0, NULL, 0},
-                     {"norm", 2, NORM_PARAMS, 0, "kf_something_else", 0}};
+  fx_spec specs[] = {{"norm", 1, NORM_PARAMS, 0, NULL, 0, 0},
+                     {"norm", 2, NORM_PARAMS, 0, "kf_something_else", 0, 0}};
   char *cache = fx_tmpdir(), sym[256];
   kf_runtime *rt = NULL;
   fresh();
@@ -300,7 +300,7 @@ KF_TEST(find__rows_above_the_largest_width_get_a_distinct_status) {
 }
 
 KF_TEST(launch__uses_the_manifests_config_and_passes_the_arguments) {
-  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 4096, NULL, 0}};
+  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 4096, NULL, 0, 0}};
   char *cache = fx_tmpdir(), sym[256];
   kf_runtime *rt = NULL;
   kf_kernel *k = NULL;
@@ -396,16 +396,13 @@ KF_TEST(launch__refuses_rows_outside_one_to_width) {
   drop_cache(cache);
 }
 
-/* Opens a cache holding one kernel "attn" (w1, sm_90a) with `shared` bytes of
- * dynamic shared memory and launches it once; the fake refuses a launch of
- * more than 48 KiB of static (FAKE_CUDA_STATIC_SHARED) plus dynamic shared
- * memory without the opt-in. *st: the open's status. */
-/* Opens a cache of one kernel (launch.shared_bytes shared, max_blocks_per_sm
- * max_blocks) and launches it; *launched: the dynamic shared memory the
- * launch passed, *config: what kf_kernel_launch_config says after it. */
-static void open_and_launch_shared(unsigned shared, unsigned max_blocks, kf_status *st,
-                                   unsigned *launched, unsigned *config) {
-  fx_spec spec[] = {{"attn", 1, "float* o; int rows", shared, NULL, max_blocks}};
+/* Opens a cache holding the one kernel spec (kind "attn", sm_90a) and
+ * launches it once with 1 row; the fake refuses a launch of more than 48 KiB
+ * of static (FAKE_CUDA_STATIC_SHARED) plus dynamic shared memory without the
+ * opt-in. *st: the open's status; *launched: the dynamic shared memory the
+ * launch passed; *config: what kf_kernel_launch_config says after it. */
+static void open_and_launch(const fx_spec *spec, kf_status *st, unsigned *launched,
+                            unsigned *config) {
   char *cache = fx_tmpdir();
   kf_runtime *rt = NULL;
   kf_kernel *k = NULL;
@@ -431,6 +428,14 @@ static void open_and_launch_shared(unsigned shared, unsigned max_blocks, kf_stat
   }
   fx_remove_tree(cache);
   free(cache);
+}
+
+/* A width-1 kernel (grid of 1 block) with launch.shared_bytes shared and
+ * max_blocks_per_sm max_blocks. */
+static void open_and_launch_shared(unsigned shared, unsigned max_blocks, kf_status *st,
+                                   unsigned *launched, unsigned *config) {
+  const fx_spec spec = {"attn", 1, "float* o; int rows", shared, NULL, max_blocks, 0};
+  open_and_launch(&spec, st, launched, config);
 }
 
 KF_TEST(launch__opts_into_dynamic_shared_memory) {
@@ -479,6 +484,28 @@ KF_TEST(launch__pads_shared_memory_to_keep_max_blocks_per_sm) {
   /* no cap asked: the manifest's */
   open_and_launch_shared(0, 0, &st, &launched, &config);
   KF_CHECK(st == KF_OK && launched == 0 && config == 0);
+}
+
+KF_TEST(launch__one_wave_keeps_the_grids_share_of_the_sms) {
+  kf_status st = KF_OK;
+  unsigned launched = 0, config = 0;
+  fresh();
+  setenv("FAKE_CUDA_STATIC_SHARED", "46080", 1);
+  /* width 8: a grid of 8 blocks on 4 SMs, so at most 2 per SM */
+  setenv("FAKE_CUDA_SMS", "4", 1);
+  const fx_spec wide = {"attn", 8, "float* o; int rows", 0, NULL, 0, 1};
+  open_and_launch(&wide, &st, &launched, &config);
+  KF_CHECK(st == KF_OK && launched == 233472 / 3 + 1 - 46080 - 1024 && config == launched);
+  /* with max_blocks_per_sm 1 as well, the smaller cap */
+  const fx_spec both = {"attn", 8, "float* o; int rows", 0, NULL, 1, 1};
+  open_and_launch(&both, &st, &launched, &config);
+  KF_CHECK(st == KF_OK && launched == 233472 / 2 + 1 - 46080 - 1024);
+  /* 8 blocks on 132 SMs: one each */
+  setenv("FAKE_CUDA_SMS", "132", 1);
+  open_and_launch(&wide, &st, &launched, &config);
+  KF_CHECK(st == KF_OK && launched == 233472 / 2 + 1 - 46080 - 1024);
+  unsetenv("FAKE_CUDA_SMS");
+  unsetenv("FAKE_CUDA_STATIC_SHARED");
 }
 
 KF_TEST(launch__leaves_the_callers_context_as_it_was) {
@@ -645,7 +672,7 @@ KF_TEST(readonly__open_find_launch_never_write_the_cache) {
 }
 
 KF_TEST(introspection__params_launch_config_and_resources) {
-  fx_spec specs[] = {{"proj", 4, PROJ_PARAMS, 512, NULL, 0}};
+  fx_spec specs[] = {{"proj", 4, PROJ_PARAMS, 512, NULL, 0, 0}};
   char *cache = fx_tmpdir(), *meta;
   kf_runtime *rt = NULL;
   kf_kernel *k = NULL;
@@ -823,7 +850,7 @@ static char *wide_cache(int n, const fx_spec *extra, char **man) {
   fx_spec *specs = calloc((size_t)n + 1, sizeof *specs);
   char *cache = fx_tmpdir();
   for (int i = 0; i < n; i++)
-    specs[i] = (fx_spec){"k", i + 1, "float* x; int rows", 0, NULL, 0};
+    specs[i] = (fx_spec){"k", i + 1, "float* x; int rows", 0, NULL, 0, 0};
   if (extra)
     specs[n++] = *extra;
   if (fx_cache_add(cache, "m", "sm_90a", specs, n, 1) != 0)
@@ -894,7 +921,7 @@ KF_TEST(open__bad_entry_midway_is_refused_and_what_loaded_is_unloaded) {
 }
 
 KF_TEST(open__repeated_kernel_id_after_many_good_ones_is_refused) {
-  fx_spec again = {"k", 37, "float* x; int rows", 0, NULL, 0};
+  fx_spec again = {"k", 37, "float* x; int rows", 0, NULL, 0, 0};
   char *man, *cache = wide_cache(40, &again, &man);
   kf_runtime *rt = (kf_runtime *)1;
   fresh();
@@ -1037,7 +1064,7 @@ static void sign_after_kernels(const char *man, const char *sigs) {
   "{\"name\": \"rows\", \"type\": \"int\", \"size\": 4}]}"
 
 KF_TEST(open__signatures_after_the_kernels_reach_every_kernel_before_open_returns) {
-  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL, 0};
+  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL, 0, 0};
   char *man, *cache = wide_cache(40, &proj, &man), *text;
   kf_runtime *rt = NULL;
   kf_kernel *k = NULL;
@@ -1077,7 +1104,7 @@ KF_TEST(open__signatures_after_the_kernels_reach_every_kernel_before_open_return
 }
 
 KF_TEST(open__bad_signature_after_many_good_entries_is_refused_and_nothing_stays_loaded) {
-  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL, 0};
+  fx_spec proj = {"proj", 4, PROJ_PARAMS, 0, NULL, 0, 0};
   char *man, *cache = wide_cache(40, &proj, &man), *plain = slurp(man), *good;
   const char *bad_type = "signatures.k.params[0].type: error: unknown type 'double'";
   kf_runtime *rt = (kf_runtime *)1;
@@ -1130,8 +1157,8 @@ KF_TEST(open__bad_signature_after_many_good_entries_is_refused_and_nothing_stays
 /* The std-style cache with the entry of `id` given launch.programmatic =
  * value (a JSON literal); *man is the manifest's path. */
 static char *programmatic_cache(const char *id, const char *value, char **man) {
-  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL, 0},
-                     {"attn", 1, "float* o; int rows", 0, NULL, 0}};
+  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL, 0, 0},
+                     {"attn", 1, "float* o; int rows", 0, NULL, 0, 0}};
   char *cache = fx_tmpdir(), *text, *at, *edited;
   if (fx_cache_add(cache, "m", "sm_90a", specs, 2, 1) != 0)
     abort();

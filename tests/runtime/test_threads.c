@@ -17,10 +17,10 @@
 #define NORM_PARAMS "const float* x; float* y; float eps; int rows"
 
 static const fx_spec SPECS[] = {
-    {"norm", 1, NORM_PARAMS, 0, NULL, 0},  {"norm", 2, NORM_PARAMS, 0, NULL, 0},
-    {"norm", 4, NORM_PARAMS, 0, NULL, 0},  {"norm", 8, NORM_PARAMS, 0, NULL, 0},
-    {"mlp", 2, NORM_PARAMS, 0, NULL, 0},   {"mlp", 8, NORM_PARAMS, 0, NULL, 0},
-    {"attn", 16, NORM_PARAMS, 0, NULL, 0},
+    {"norm", 1, NORM_PARAMS, 0, NULL, 0, 0},  {"norm", 2, NORM_PARAMS, 0, NULL, 0, 0},
+    {"norm", 4, NORM_PARAMS, 0, NULL, 0, 0},  {"norm", 8, NORM_PARAMS, 0, NULL, 0, 0},
+    {"mlp", 2, NORM_PARAMS, 0, NULL, 0, 0},   {"mlp", 8, NORM_PARAMS, 0, NULL, 0, 0},
+    {"attn", 16, NORM_PARAMS, 0, NULL, 0, 0},
 };
 #define NSPECS ((int)(sizeof SPECS / sizeof SPECS[0]))
 
