@@ -75,7 +75,7 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // (the entry says which); KF_ATTN_EARLY_RELEASE 1 lets the next kernel start
 // its blocks once K and V are read, 0 only as this kernel's blocks exit.
 // Early release needs the width-1 launch capped at 2 blocks per SM (the
-// schema's launch.max_blocks_per_sm): uncapped, the next launch's first
+// schema's launch.one_wave): uncapped, the next launch's first
 // blocks took each SM's third slot while this one merged, and the blocks
 // placed later piled onto the SMs that emptied first (32K tokens at R = 1:
 // 75 -> 66%).

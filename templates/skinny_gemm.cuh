@@ -69,8 +69,8 @@ namespace kf {
 // KF_GEMM_EARLY_RELEASE_BYTES: blocks whose weights are at most this many
 //   bytes release the next kernel (grid_dep_launch) at their start instead of
 //   after their main loop: the 8B qkv and o blocks (128 KB) and every Qwen3-0.6B
-//   one. It pays only with the schemas' launch.max_blocks_per_sm, which keeps
-//   a one-wave grid at its own blocks per SM: uncapped, the next launch's
+//   one. It pays only with the schemas' launch.one_wave, which keeps a
+//   one-wave grid at its own blocks per SM: uncapped, the next launch's
 //   blocks took the spare slots early and unbalanced it (v6: 8B qkv / o back
 //   to back 8-16 points lower); capped, 8B qkv went from 84 to 88-90% of the
 //   ceiling and o from 78 to 81-83% (docs/perf-notes.md, v7).

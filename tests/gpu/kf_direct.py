@@ -174,7 +174,8 @@ def launch_dims(schema, params, width):
     grid = [int(evaluate(e, names)) for e in lc["grid"]]
     block = [int(evaluate(e, names)) for e in lc["block"]]
     shared = int(evaluate(lc["shared_bytes"], names))
-    return grid, block, shared, int(evaluate(lc.get("max_blocks_per_sm", 0), names))
+    return grid, block, shared, int(evaluate(lc.get("max_blocks_per_sm", 0), names)), \
+        bool(lc.get("one_wave"))
 
 
 def emit(desc_path, model_name, kind, schema, params, width, arch):
@@ -190,7 +191,7 @@ def emit(desc_path, model_name, kind, schema, params, width, arch):
         else:
             lines.append(f"  static constexpr float {pname} = {_c_float(v)};")
     lines += ["};", "} // namespace", ""]
-    _, block, _, _ = launch_dims(schema, params, width)
+    _, block, _, _, _ = launch_dims(schema, params, width)
     threads = block[0] * block[1] * block[2]
     args = ", ".join(f"{a['type']} {a['name']}" for a in schema["args"])
     names = ", ".join(a["name"] for a in schema["args"])
@@ -267,13 +268,14 @@ def build(models, arches, outdir, jobs=None, extra=(), overrides=None):
         results = list(ex.map(job, work))
     indexes = {}
     for (kid, src, cubin, arch, schema, params, w, d, kind), (_, res) in zip(work, results):
-        grid, block, shared, max_blocks = launch_dims(schema, params, w)
+        grid, block, shared, max_blocks, one_wave = launch_dims(schema, params, w)
         indexes.setdefault(d, []).append({
             "id": kid, "kind": kind, "width": w, "symbol": symbol_for(kid),
             "object": os.path.basename(cubin),
             "params": [{"name": a["name"], "type": a["type"]} for a in schema["args"]],
             "template_params": params, "launch": {"grid": grid, "block": block,
                                                   "shared_bytes": shared, "max_blocks_per_sm": max_blocks,
+                                                  "one_wave": one_wave,
                                                   "programmatic": bool(schema["launch"].get("programmatic"))},
             "resources": res})
     for d, ks in indexes.items():
@@ -372,20 +374,34 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
                 ("attrs", ctypes.POINTER(_LaunchAttr)), ("numAttrs", ctypes.c_uint)]
 
 
-def _capped_shared(fn, shared, max_blocks):
-    """The runtime's rule for launch.max_blocks_per_sm (rt_cuda.c): enough
-    dynamic shared memory that one block more than max_blocks would not fit
-    on an SM."""
+def _device_attr(a):
     import torch
     drv = _driver()
     dev, v = ctypes.c_int(), ctypes.c_int()
     _check(drv.cuDeviceGet(ctypes.byref(dev), torch.cuda.current_device()), "cuDeviceGet")
+    _check(drv.cuDeviceGetAttribute(ctypes.byref(v), a, dev), f"device attribute {a}")
+    return v.value
 
-    def attr(a):
-        _check(drv.cuDeviceGetAttribute(ctypes.byref(v), a, dev), f"device attribute {a}")
-        return v.value
-    sm, optin, reserved = attr(81), attr(97), attr(111)
-    _check(drv.cuFuncGetAttribute(ctypes.byref(v), 1, fn), "static shared memory")
+
+def _blocks_per_sm_cap(launch):
+    """The runtime's cap (rt_kernel.c): max_blocks_per_sm, and with one_wave
+    no more than the grid's share of the SMs; 0: none."""
+    cap = launch.get("max_blocks_per_sm", 0)
+    if launch.get("one_wave"):
+        g = launch["grid"]
+        sms = _device_attr(16)
+        wave = (g[0] * g[1] * g[2] + sms - 1) // sms
+        cap = min(cap, wave) if cap else wave
+    return cap
+
+
+def _capped_shared(fn, shared, max_blocks):
+    """The runtime's rule for launch.max_blocks_per_sm (rt_cuda.c): enough
+    dynamic shared memory that one block more than max_blocks would not fit
+    on an SM."""
+    sm, optin, reserved = _device_attr(81), _device_attr(97), _device_attr(111)
+    v = ctypes.c_int()
+    _check(_driver().cuFuncGetAttribute(ctypes.byref(v), 1, fn), "static shared memory")
     need = sm // (max_blocks + 1) + 1 - v.value - reserved
     return need if shared < need and v.value + need <= optin else shared
 
@@ -414,9 +430,9 @@ class Runtime:
             fn = ctypes.c_void_p()
             _check(_driver().cuModuleGetFunction(ctypes.byref(fn), mod, e["symbol"].encode()),
                    f"symbol {e['symbol']}")
-            if e["launch"].get("max_blocks_per_sm"):
-                e["launch"]["shared_bytes"] = _capped_shared(fn, e["launch"]["shared_bytes"],
-                                                             e["launch"]["max_blocks_per_sm"])
+            cap = _blocks_per_sm_cap(e["launch"])
+            if cap:
+                e["launch"]["shared_bytes"] = _capped_shared(fn, e["launch"]["shared_bytes"], cap)
             if e["launch"]["shared_bytes"] > 0:  # opt in (static shared memory counts too), as the runtime does
                 _check(_driver().cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                     e["launch"]["shared_bytes"]), f"shared memory {e['id']}")
