@@ -134,8 +134,8 @@ static void dev_leave(rt_driver *d, int prev) {
     RT_CHECK(d, &ignored, hipSetDevice(prev));
 }
 
-/* launch.max_blocks_per_sm is a CUDA matter (kforge writes it for NVIDIA
- * arches only): launches pass the manifest's shared bytes. */
+/* launch.max_blocks_per_sm and one_wave are a CUDA matter (kforge writes
+ * them for NVIDIA arches only): launches pass the manifest's shared bytes. */
 static kf_status hip_load(rt_driver *d, const void *image, const char *symbol, unsigned shared,
                           unsigned max_blocks, void **module, void **function,
                           unsigned *launch_shared, rt_err *err) {

@@ -79,8 +79,8 @@ struct rt_driver {
   void (*error_text)(const rt_driver *d, int code, char *buf, size_t size);
   /* Loads image and resolves symbol; opts the function into shared bytes of
    * dynamic shared memory when that needs it, or into more when max_blocks
-   * (launch.max_blocks_per_sm, 0: none) asks for it: *launch_shared is what
-   * its launches then pass. KF_ERR_SYMBOL when the symbol is missing,
+   * (the cap from launch.max_blocks_per_sm and one_wave, 0: none) asks for
+   * it: *launch_shared is what its launches then pass. KF_ERR_SYMBOL when the symbol is missing,
    * KF_ERR_DRIVER otherwise; nothing stays loaded on failure. */
   kf_status (*load)(rt_driver *d, const void *image, const char *symbol, unsigned shared,
                     unsigned max_blocks, void **module, void **function, unsigned *launch_shared,
@@ -253,7 +253,7 @@ struct kf_kernel {
   void *module;       /* valid once state is RT_LOADED */
   void *function;
   unsigned shared; /* a launch's dynamic shared memory (d->shared, or more to
-                      keep launch.max_blocks_per_sm), once RT_LOADED */
+                      keep max_blocks_per_sm / one_wave), once RT_LOADED */
   rt_err load_err; /* why loading failed, when RT_FAILED */
   int meta_read;   /* res valid (under mu) */
   kf_resources res;

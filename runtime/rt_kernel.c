@@ -277,7 +277,7 @@ kf_status kf_kernel_launch_config(const kf_kernel *k, unsigned grid[3], unsigned
     memcpy(grid, k->d->grid, sizeof k->d->grid);
   if (block)
     memcpy(block, k->d->block, sizeof k->d->block);
-  /* loaded: what the launches pass (launch.max_blocks_per_sm may add to
+  /* loaded: what the launches pass (max_blocks_per_sm and one_wave may add to
    * the manifest's); before, the manifest's, which launches correctly too */
   if (shared_bytes)
     *shared_bytes = atomic_load_explicit(&k->state, memory_order_acquire) == RT_LOADED
