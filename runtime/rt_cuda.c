@@ -163,9 +163,9 @@ static void ctx_leave(rt_driver *d, int pushed) {
 }
 
 /* The dynamic shared memory that keeps at most max_blocks blocks of fn on an
- * SM (launch.max_blocks_per_sm, one_wave): enough that one block more would not fit
- * beside them. shared itself when that already holds, when more would not
- * fit in a block, or when the driver cannot tell the sizes. */
+ * SM (launch.max_blocks_per_sm, one_wave): enough that one block more would
+ * not fit beside them. shared itself when that already holds, when more
+ * would not fit in a block, or when the driver cannot tell the sizes. */
 static unsigned cuda_capped_shared(rt_driver *d, CUfunction fn, unsigned shared,
                                    unsigned max_blocks) {
   const cuda_fns *f = d->fns;
