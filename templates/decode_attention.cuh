@@ -13,16 +13,12 @@
 // tiles, which depends on the row's own length L alone. K and V of the kv
 // head are read once for all G query heads. Inside a block, warp w takes
 // tiles w, w + 4, ... and keeps an online softmax; the block merges its warps
-// in warp order. A row with one active range writes out directly. Otherwise
-// the ranges merge in two levels: the MERGE_CLUSTER ranges of a group (one
-// thread-block cluster on sm_90 and later, launch.cluster) leave their
-// (max, sum, unnormalised output) records in the shared memory of the
-// group's first block, which merges them in range order; each group's
-// record goes to `workspace`, and the group that arrives last on the
-// (row, kv head) counter in `semaphores` merges the groups in group order
-// and resets the counter to zero. Without clusters a group is one range.
-// So every reduction order is a function of (L, SPLITS, MERGE_CLUSTER)
-// only: batch invariant, and deterministic.
+// in warp order. A row with one active range writes out directly; otherwise
+// each range writes (max, sum, unnormalised output) to `workspace` and the
+// block that arrives last on the (row, kv head) counter in `semaphores`
+// merges the ranges in range order and resets the counter to zero. So every
+// reduction order is a function of (L, SPLITS) only: batch invariant, and
+// deterministic.
 //
 // Buffers the caller provides:
 //   workspace   W * NUM_KV_HEADS * SPLITS * (G * HEAD_DIM + 4 * ceil(G / 2))
@@ -369,8 +365,8 @@ KF_DEVICE void merge_warps(const attn_partials<G, D, NW> &part, Emit emit) {
   }
 }
 
-// One range's (or group's) record: o[G][D] unnormalised, then m[G] (log2
-// units) and l[G], padded to 16 bytes.
+// One range's record: o[G][D] unnormalised, then m[G] (log2 units) and
+// l[G], padded to 16 bytes.
 template <int G, int D> constexpr int kAttnRecordFloats = (G * D) + (2 * G + 3) / 4 * 4;
 
 // Block building block: the running merge of records in order, for one
@@ -423,22 +419,6 @@ template <int G, int D, int THREADS> struct record_merge {
     }
   }
 
-  // The merged state as one record (to merge again later).
-  KF_DEVICE void store_record(float *rec) const {
-#pragma unroll
-    for (int q = 0; q < kEl; ++q) {
-      const int e = (int)threadIdx.x + q * THREADS;
-      if (e < G * D / 4) {
-        const int h = e / (D / 4), d = 4 * (e % (D / 4));
-        *reinterpret_cast<float4 *>(rec + h * D + d) = acc[q];
-        if (d == 0) {
-          rec[G * D + h] = mx[q];
-          rec[G * D + G + h] = l[q];
-        }
-      }
-    }
-  }
-
   // The normalised output, heads D apart from out_head0.
   KF_DEVICE void store_out(kf_bf16 *out_head0) const {
 #pragma unroll
@@ -457,8 +437,7 @@ template <int G, int D, int THREADS> struct record_merge {
   }
 };
 
-// Entry: grid [SPLITS, NUM_KV_HEADS, W] in clusters of [MERGE_CLUSTER, 1, 1],
-// block [128].
+// Entry: grid [SPLITS, NUM_KV_HEADS, W], block [128].
 template <class P>
 KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
                                       const kf_bf16 *v_cache, const int *block_tables,
@@ -467,23 +446,19 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   constexpr int D = P::HEAD_DIM, HQ = P::NUM_Q_HEADS, HKV = P::NUM_KV_HEADS;
   constexpr int G = HQ / HKV, SPLITS = P::SPLITS, PS = P::PAGE_SIZE;
   constexpr int NW = kAttnThreads / kWarpSize;
-  // Ranges per group: a cluster's blocks where there are clusters, else 1.
-  constexpr int CL = KF_HAS_CLUSTERS ? P::MERGE_CLUSTER : 1;
   static_assert(HQ % HKV == 0, "NUM_Q_HEADS must be a multiple of NUM_KV_HEADS");
   static_assert(PS % kAttnTile == 0, "PAGE_SIZE must be a multiple of 16");
-  static_assert(SPLITS % P::MERGE_CLUSTER == 0, "MERGE_CLUSTER must divide SPLITS");
   constexpr int kPartFloats = kAttnRecordFloats<G, D>;
   using merge_t = record_merge<G, D, kAttnThreads>;
 
   __shared__ attn_partials<G, D, NW> part;
-  // The merges' stage: as many whole records as fit beside the rest of the
+  // The merge's stage: as many whole records as fit beside the rest of the
   // block's static shared memory, below 48 KB (18 of 32 ranges for 4 heads).
   constexpr int kRecBytes = kPartFloats * 4;
   constexpr int kStageBytes = 46 * 1024 - (int)sizeof(attn_partials<G, D, NW>);
   constexpr int kStage = kStageBytes / kRecBytes < 1        ? 1
                          : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
                                                             : SPLITS;
-  static_assert(kStage >= CL, "a group's records must fit in the stage");
   __shared__ __align__(16) float stage[kStage * kPartFloats];
   __shared__ int is_last;
 
@@ -493,12 +468,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // At most SPLITS ranges, and at least one tile per warp in each.
   const int per_range = max((n_tiles + SPLITS - 1) / SPLITS, NW);
   const int n_ranges = max((n_tiles + per_range - 1) / per_range, 1); // 1 when len == 0: zeros
-  const int n_groups = (n_ranges + CL - 1) / CL, group = split / CL;
-  // With more than one range, every block of a group that has ranges takes
-  // part in its cluster's barrier, ranges or not.
-  const bool in_cluster_merge = CL > 1 && n_ranges > 1;
   const bool active = row < rows && split < n_ranges;
-  const bool leave = row >= rows || group >= n_groups || (!active && !in_cluster_merge);
   const int tile0 = split * per_range;
   const int tile1 = min(tile0 + per_range, n_tiles);
   const int warp = warp_id(), lane = lane_id();
@@ -520,20 +490,18 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
                                     kv_head, len, my_first, lane);
 #endif             // KF_USE_MMA
   grid_dep_wait(); // q and the newest token's K and V come from the kernel before
-  if (leave)
-    return; // the whole cluster: clusters run along x, and a group leaves together
+  if (!active)
+    return;
 
-  if (active) {
-    const kf_bf16 *q_head0 = q + ((long long)row * HQ + (long long)kv_head * G) * D;
-    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+  const kf_bf16 *q_head0 = q + ((long long)row * HQ + (long long)kv_head * G) * D;
+  const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
 #if KF_USE_MMA
-    attend_tiles_mma<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len, my_first,
-                                        tile1, NW, scale_log2, first, have_first, part, warp, lane);
+  attend_tiles_mma<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len, my_first,
+                                      tile1, NW, scale_log2, first, have_first, part, warp, lane);
 #else
-    attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
-                                            my_first, tile1, NW, scale_log2, part, warp, lane);
+  attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
+                                          my_first, tile1, NW, scale_log2, part, warp, lane);
 #endif // KF_USE_MMA
-  }
   if (KF_ATTN_EARLY_RELEASE)
     grid_dep_launch(); // K and V are read: the next kernel may start its blocks
   __syncthreads();
@@ -546,54 +514,36 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
     return;
   }
 
-  // This range's record: into the group's first block (rank 0 of the
-  // cluster, through distributed shared memory), or without clusters
-  // straight into workspace as its group's record.
   float *ws_pair = workspace + ((long long)row * HKV + kv_head) * SPLITS * kPartFloats;
-  const int rank = CL > 1 ? cluster_rank_x(CL) : 0;
-  float *rec = CL > 1 ? cluster_shared(stage, 0) + rank * kPartFloats
-                      : ws_pair + (long long)split * kPartFloats;
-  if (active)
-    merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float mx, float l) {
-      rec[h * D + d] = acc;
-      if (d == 0) {
-        rec[G * D + h] = mx;
-        rec[G * D + G + h] = l;
-      }
-    });
-  if (CL > 1) {
-    cluster_sync(); // the group's records are in rank 0's stage
-    if (rank != 0)
-      return;
-    merge_t m;
-    m.absorb(stage, min(CL, n_ranges - group * CL));
-    if (n_groups == 1) {
-      m.store_out(out_head0);
-      return;
+  float *rec = ws_pair + (long long)split * kPartFloats;
+  merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float mx, float l) {
+    rec[h * D + d] = acc;
+    if (d == 0) {
+      rec[G * D + h] = mx;
+      rec[G * D + G + h] = l;
     }
-    m.store_record(ws_pair + (long long)group * kPartFloats);
-  }
+  });
   fence_device();
   __syncthreads();
   if (threadIdx.x == 0) {
     int *sem = semaphores + (long long)row * HKV + kv_head;
-    is_last = atomicAdd(sem, 1) == n_groups - 1;
+    is_last = atomicAdd(sem, 1) == n_ranges - 1;
     if (is_last)
-      *sem = 0; // every group has arrived: reset for the next launch
+      *sem = 0; // every range has arrived: reset for the next launch
   }
   __syncthreads();
   if (!is_last)
     return;
   fence_device();
 
-  // Merge the groups in group order, a stage of kStage records at a time:
+  // Merge the ranges in range order, a stage of kStage records at a time:
   // the block copies a stage's records (contiguous in workspace) into shared
   // memory with cp.async, every copy issued together, so a merge waits for
-  // one round trip to L2 per stage (2 for 32 ranges of 4 heads without
-  // clusters, 1 with), then merges from there.
+  // one round trip to L2 per stage (2 for 32 ranges of 4 heads), then merges
+  // from there.
   merge_t all;
-  for (int s0 = 0; s0 < n_groups; s0 += kStage) {
-    const int nb = min(kStage, n_groups - s0);
+  for (int s0 = 0; s0 < n_ranges; s0 += kStage) {
+    const int nb = min(kStage, n_ranges - s0);
     const float *src = ws_pair + (long long)s0 * kPartFloats;
     for (int c = (int)threadIdx.x; c < nb * kPartFloats / 4; c += kAttnThreads)
       async_copy16(stage + 4 * c, src + 4 * c);
