@@ -662,13 +662,19 @@ static kf_model *load_with_launch(const char *tname, const char *launch, const c
   return m;
 }
 
-static kf_model *load_programmatic(const char *value, const char *arches, char **err) {
+/* A one-block launch with one more member, field: value, in schema tname. */
+static kf_model *load_launch_field(const char *tname, const char *field, const char *value,
+                                   const char *widths, const char *arches, char **err) {
   char *launch = kf_xasprintf("\"grid\": [1, 1, 1], \"block\": [32, 1, 1], \"shared_bytes\": 0, "
-                              "\"programmatic\": %s",
-                              value);
-  kf_model *m = load_with_launch("t_pdl", launch, "[1]", arches, err);
+                              "\"%s\": %s",
+                              field, value);
+  kf_model *m = load_with_launch(tname, launch, widths, arches, err);
   free(launch);
   return m;
+}
+
+static kf_model *load_programmatic(const char *value, const char *arches, char **err) {
+  return load_launch_field("t_pdl", "programmatic", value, "[1]", arches, err);
 }
 
 KF_TEST(model__launch_programmatic_must_be_a_boolean) {
@@ -709,12 +715,7 @@ KF_TEST(model__launch_programmatic_reaches_sm90_and_later_instances_only) {
 /* ---- launch.max_blocks_per_sm ---- */
 
 static kf_model *load_max_blocks(const char *value, const char *arches, char **err) {
-  char *launch = kf_xasprintf("\"grid\": [1, 1, 1], \"block\": [32, 1, 1], \"shared_bytes\": 0, "
-                              "\"max_blocks_per_sm\": %s",
-                              value);
-  kf_model *m = load_with_launch("t_mb", launch, "[1, 4]", arches, err);
-  free(launch);
-  return m;
+  return load_launch_field("t_mb", "max_blocks_per_sm", value, "[1, 4]", arches, err);
 }
 
 KF_TEST(model__launch_max_blocks_per_sm_is_per_width_on_nvidia_arches_only) {
@@ -755,8 +756,7 @@ KF_TEST(model__launch_one_wave_is_a_boolean_for_nvidia_arches_only) {
   KF_CHECK(cu && cu->one_wave == 1 && hip && hip->one_wave == 0);
   kf_plan_free(&plan);
   kf_model_free(m);
-  m = load_with_launch("t_ow", "\"grid\": [1, 1, 1], \"block\": [32, 1, 1], \"one_wave\": 1", "[1]",
-                       "[\"sm_90a\"]", &err);
+  m = load_launch_field("t_ow", "one_wave", "1", "[1]", "[\"sm_90a\"]", &err);
   KF_CHECK(m == NULL);
   KF_CHECK_CONTAINS(err, "t_ow.json: launch.one_wave: error: must be true or false\n");
   free(err);
