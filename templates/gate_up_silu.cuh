@@ -16,7 +16,8 @@ namespace kf {
 KF_DEVICE float silu_mul(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
 // Entry: grid [INTERMEDIATE / (16 - 8 HALF_TILES) * KSPLIT] in clusters of
-// [KSPLIT, 1, 1], block [256], shared_bytes gemm_dyn_smem_bytes(K / KSPLIT, W).
+// [KSPLIT, 1, 1], block [256], shared_bytes
+// gemm_dyn_smem_bytes(gemm_long(K / KSPLIT, DEEP_RING), W).
 // x [rows x K], w [2*INTERMEDIATE x K], out [rows x INTERMEDIATE].
 template <class P>
 KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *out, int rows) {
@@ -29,7 +30,7 @@ KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *o
   constexpr int kRows = P::HALF_TILES ? kGemmTileRows / 2 : kGemmTileRows;
   const int n0 = (int)(blockIdx.x / P::KSPLIT) * kRows;
   const long long off[2] = {(long long)n0 * P::K, (long long)(P::INTERMEDIATE + n0) * P::K};
-  skinny_gemm_block<P::K, 2, P::W, kGemmThreads, P::HALF_TILES != 0, P::KSPLIT>(
+  skinny_gemm_block<P::K, 2, P::W, kGemmThreads, P::HALF_TILES != 0, P::KSPLIT, P::DEEP_RING != 0>(
       x, w, off, rows, [&](int wrow, int xrow, const float *v) {
         store_bf16(out + (long long)xrow * P::INTERMEDIATE + n0 + wrow, silu_mul(v[0], v[1]));
       });

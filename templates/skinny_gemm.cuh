@@ -32,11 +32,11 @@ namespace kf {
 // Tuning knobs.
 // KF_GEMM_STEPS_IN_FLIGHT: 32-k steps x tiles of weights a warp has in flight
 //   (each is two 16-byte loads per lane) when K < kGemmLongK.
-// KF_GEMM_STEPS_IN_FLIGHT_LONG: the same from K = kGemmLongK on, in a ring in
-//   dynamic shared memory (gemm_dyn_smem_bytes(K, W), the schemas'
-//   shared_bytes). Measured on the H200 (docs/perf-notes.md, v3): 8 steps
-//   took down_proj (K = 14336, 56 steps per warp) from 50% to 62-64% of the
-//   read ceiling; for K = 4096 (16 steps per warp) they gained nothing.
+// KF_GEMM_STEPS_IN_FLIGHT_LONG: the same on the long path (from K =
+//   kGemmLongK on, or with the schemas' DEEP_RING at any K), in a ring in
+//   dynamic shared memory (gemm_dyn_smem_bytes, the schemas' shared_bytes). Measured on the H200
+//   (docs/perf-notes.md, v3): 8 steps took down_proj (K = 14336, 56 steps per warp) from 50% to
+//   62-64% of the read ceiling; for K = 4096 (16 steps per warp) they gained nothing.
 // KF_GEMM_ASYNC: 1 streams weights through a per-lane shared-memory ring
 //   filled by cp.async (the copies hold no registers, so the compiler cannot
 //   trade them for fewer registers and serialise the loads, as it does with
@@ -90,51 +90,57 @@ namespace kf {
 // KF_GEMM_ROTATE: 1 starts each block's sweep over K at a different unit (a
 //   function of blockIdx.x alone), so that the blocks of a launch do not all
 //   ask L2 for the same activation lines at the same moment; 0 starts all at
-//   k = 0; unset (the default), gemm_rotate(K) decides (line path only).
+//   k = 0; unset (the default), gemm_rotate decides (line path only).
 
 constexpr int kGemmThreads = 256; // == launch.block[0] of skinny_gemm.json, gate_up_silu.json
 constexpr int kGemmTileRows = 16; // weight rows per tile
-// From K = KF_GEMM_LONG_K on, KF_GEMM_STEPS_IN_FLIGHT_LONG in dynamic shared
-// memory; the schemas' shared_bytes spell the same threshold.
+// From K = KF_GEMM_LONG_K on, or with DEEP_RING, the long path:
+// KF_GEMM_STEPS_IN_FLIGHT_LONG in dynamic shared memory; the schemas'
+// shared_bytes spell the same rule.
 #ifndef KF_GEMM_LONG_K
 #define KF_GEMM_LONG_K 8192
 #endif // KF_GEMM_LONG_K
 constexpr int kGemmLongK = KF_GEMM_LONG_K;
+
+// Whether a sweep of K takes the long path (deep: the schemas' DEEP_RING).
+__host__ __device__ constexpr bool gemm_long(int K, bool deep) { return deep || K >= kGemmLongK; }
 // Whether blocks rotate their start in K (KF_GEMM_ROTATE). Measured on the
 // H200 (docs/perf-notes.md, v5): rotation took Qwen3-8B's down_proj (K =
 // 12288) at R = 8 from 57% to 75% of the read ceiling, but cost Llama's
 // (K = 14336) 4 points and moved the K = 4096 shapes by +-3. The rule keeps
-// it where it was measured to help: the long-K path (x does not fit in L1
+// it where it was measured to help: the long path (x does not fit in L1
 // beside the 64 KB ring) with activation rows a multiple of 8 KB apart,
 // which is when the rows of x map alike in L2 (a guess the data fits, not
 // a measured fact).
-// K: the k a block sweeps; LD: elements from one activation row to the next.
-__host__ __device__ constexpr bool gemm_rotate(int K, int LD) {
+// lng: the long path (gemm_long); LD: elements from one activation row to the
+// next. A function of the kernel's parameters alone, never of W: the
+// rotation orders each warp's sum.
+__host__ __device__ constexpr bool gemm_rotate(bool lng, int LD) {
 #ifdef KF_GEMM_ROTATE
-  return KF_GEMM_ROTATE != 0 && K > 0 && LD > 0;
+  return KF_GEMM_ROTATE != 0 && LD > 0;
 #else
-  return K >= kGemmLongK && (LD * 2) % 8192 == 0;
+  return lng && (LD * 2) % 8192 == 0;
 #endif // KF_GEMM_ROTATE
 }
 
-// Line-path slots (units of 2 KB) a warp keeps in flight for a sweep of K.
-__host__ __device__ constexpr int gemm_line_slots(int K) {
-  return (K >= kGemmLongK ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT) / 2;
+// Line-path slots (units of 2 KB) a warp keeps in flight (lng: the long path).
+__host__ __device__ constexpr int gemm_line_slots(bool lng) {
+  return (lng ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT) / 2;
 }
 
 // The activation ring (KF_GEMM_X_RING): per warp, one W x 128-byte slot per
 // weight slot.
-__host__ __device__ constexpr int gemm_x_ring_bytes(int K, int W) {
-  return KF_GEMM_X_RING ? kGemmThreads / 32 * gemm_line_slots(K) * W * 128 : 0;
+__host__ __device__ constexpr int gemm_x_ring_bytes(bool lng, int W) {
+  return KF_GEMM_X_RING ? kGemmThreads / 32 * gemm_line_slots(lng) * W * 128 : 0;
 }
 
-// Dynamic shared memory of one block for a sweep of K at width W, as
-// launch.shared_bytes of skinny_gemm.json and gate_up_silu.json spells it
-// (with K / KSPLIT): below kGemmLongK the weight ring is static and only the
-// activation ring is dynamic; from there the 64 KB weight ring comes first
-// (the warps' partial tiles reuse it), then the activation ring.
-__host__ __device__ constexpr int gemm_dyn_smem_bytes(int K, int W) {
-  return 65536 * (1 - 1 / (K / kGemmLongK + 1)) + gemm_x_ring_bytes(K, W);
+// Dynamic shared memory of one block at width W, as launch.shared_bytes of
+// skinny_gemm.json and gate_up_silu.json spells it (lng: the long path): on
+// the short path the weight ring is static and only the activation ring is
+// dynamic; on the long path the 64 KB weight ring comes first (the warps'
+// partial tiles reuse it), then the activation ring.
+__host__ __device__ constexpr int gemm_dyn_smem_bytes(bool lng, int W) {
+  return 65536 * lng + gemm_x_ring_bytes(lng, W);
 }
 
 #if KF_USE_MMA
@@ -224,7 +230,7 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const l
 // that they are in flight as long as the weights; those of the first P slots
 // are copied after grid_dep_wait, in P groups of their own, which keeps
 // async_wait<P - 1> right for every slot.
-template <int K, int LD, int NT, int P, int NW, int W, bool SPLIT = false>
+template <int K, int LD, int NT, int P, int NW, int W, bool LONG, bool SPLIT = false>
 KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
                                      const long long (&hi)[NT], const kf_bf16 *x, int rows,
                                      vec8 *ring, vec8 *xring, int warp, int lane) {
@@ -244,7 +250,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
     src[i][0] = w + lo[i] + (long long)crow * LD + 8 * cchunk;
     src[i][1] = w + hi[i] + (long long)crow * LD + 8 * cchunk;
   }
-  const int rot = gemm_rotate(K, LD) ? (int)(blockIdx.x % (n / C)) * C : 0;
+  const int rot = gemm_rotate(LONG, LD) ? (int)(blockIdx.x % (n / C)) * C : 0;
   auto kunit = [&](int j) {
     j += rot;
     j -= j >= n ? n : 0;
@@ -330,7 +336,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
       async_commit(); // an empty group past the end keeps the wait count uniform
     }
   };
-  if constexpr (K >= kGemmLongK) {
+  if constexpr (LONG) {
     // Rolled: unrolled, ptxas spilled 4 bytes at 40 registers (sm_100a
     // down_proj, W = 8); the short-K loops keep the compiler's unrolling
     // (rolled cost them 1-8 points on the H200, docs/perf-notes.md v5).
@@ -358,7 +364,12 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 // tiles too few to fill the GPU: Qwen3-0.6B's o_proj and down_proj have 64.
 // Without clusters block 0 sums the slices one after the other and the other
 // blocks exit.
-template <int K, int NTI, int W, int THREADS, bool HALVES = false, int KSPLIT = 1, class Epi>
+//
+// DEEP: the long path (gemm_long) at any K: twice the weights in flight per
+// warp, from a 64 KB ring in dynamic shared memory, and the rotated start
+// where gemm_rotate says so (the schemas' DEEP_RING).
+template <int K, int NTI, int W, int THREADS, bool HALVES = false, int KSPLIT = 1,
+          bool DEEP = false, class Epi>
 KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
                                  const long long (&tile_off)[NTI], int rows, Epi epi) {
   static_assert(W >= 1 && W <= 8, "skinny_gemm serves widths 1..8");
@@ -397,27 +408,28 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_USE_MMA
   constexpr int kWarps = THREADS / 32;
   static_assert(KL % (32 * kWarps) == 0, "K / KSPLIT must be a multiple of 32 * warps per block");
-  constexpr bool kLong = KL >= kGemmLongK;
+  constexpr bool kLong = gemm_long(KL, DEEP);
   constexpr int kInFlight = kLong ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT;
   constexpr int kUnroll = kInFlight / NT > 0 ? kInFlight / NT : 1;
   // The line ring holds the same bytes as the fragment ring: slots of 2 KB
   // per warp, half as many as 1 KB fragment steps.
   constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && KL % (64 * kWarps) == 0;
-  constexpr int kLineSlots = gemm_line_slots(KL); // also what sizes the activation ring
-  constexpr int kSteps = KL / 32 / kWarps;        // register path: contiguous 32-k steps per warp
+  constexpr int kLineSlots = gemm_line_slots(kLong); // also what sizes the activation ring
+  constexpr int kSteps = KL / 32 / kWarps; // register path: contiguous 32-k steps per warp
   float acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i)
     acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   float(*red)[NT][128];
-  // launch.shared_bytes == gemm_dyn_smem_bytes(K / KSPLIT, W); a launch with
-  // less would write past it
+  // launch.shared_bytes == gemm_dyn_smem_bytes(kLong, W); a launch with less
+  // would write past it
   extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
-  if (dynamic_smem_bytes() < (unsigned)gemm_dyn_smem_bytes(KL, W))
+  if (dynamic_smem_bytes() < (unsigned)gemm_dyn_smem_bytes(kLong, W))
     __trap();
-  constexpr int kXRingAt = kLong ? 65536 : 0; // the activation ring, after the long-K weight ring
+  // The activation ring, after the long path's weight ring.
+  constexpr int kXRingAt = kLong ? 65536 : 0;
   vec8 *xring = reinterpret_cast<vec8 *>(kf_gemm_smem + kXRingAt);
-  static_assert(kXRingAt + gemm_x_ring_bytes(KL, W) <= gemm_dyn_smem_bytes(KL, W),
+  static_assert(kXRingAt + gemm_x_ring_bytes(kLong, W) <= gemm_dyn_smem_bytes(kLong, W),
                 "activation ring exceeds shared_bytes");
   if constexpr (kLong) {
     // The weight ring lives in dynamic shared memory; once every copy has
@@ -430,8 +442,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
       if constexpr (kLines) {
         static_assert(kWarps * kLineSlots * 128 * 16 <= 65536, "line ring exceeds shared_bytes");
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, HALVES>(acc, ws, lo, hi, xs, rows,
-                                                                        ring, xring, warp, lane);
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES>(
+            acc, ws, lo, hi, xs, rows, ring, xring, warp, lane);
       } else {
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
             acc, ws, lo, hi, xs, rows, ring, warp, lane);
@@ -450,8 +462,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_GEMM_ASYNC
       if constexpr (kLines) {
         __shared__ vec8 ring[kWarps * kLineSlots * 128];
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, HALVES>(acc, ws, lo, hi, xs, rows,
-                                                                        ring, xring, warp, lane);
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES>(
+            acc, ws, lo, hi, xs, rows, ring, xring, warp, lane);
       } else {
         __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(
@@ -551,14 +563,14 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 }
 
 // Entry: grid [N / 16 * KSPLIT] in clusters of [KSPLIT, 1, 1], block [256],
-// shared_bytes gemm_dyn_smem_bytes(K / KSPLIT, W). x [rows x K], w [N x K],
-// y [rows x N].
+// shared_bytes gemm_dyn_smem_bytes(gemm_long(K / KSPLIT, DEEP_RING), W).
+// x [rows x K], w [N x K], y [rows x N].
 template <class P>
 KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y, int rows) {
   static_assert(P::N % kGemmTileRows == 0, "N must be a multiple of 16");
   const int n0 = (int)(blockIdx.x / P::KSPLIT) * kGemmTileRows;
   const long long off[1] = {(long long)n0 * P::K};
-  skinny_gemm_block<P::K, 1, P::W, kGemmThreads, false, P::KSPLIT>(
+  skinny_gemm_block<P::K, 1, P::W, kGemmThreads, false, P::KSPLIT, P::DEEP_RING != 0>(
       x, w, off, rows, [&](int wrow, int xrow, const float *v) {
         store_bf16(y + (long long)xrow * P::N + n0 + wrow, v[0]);
       });
