@@ -104,22 +104,20 @@ constexpr int kGemmLongK = KF_GEMM_LONG_K;
 
 // Whether a sweep of K takes the long path (deep: the schemas' DEEP_RING).
 __host__ __device__ constexpr bool gemm_long(int K, bool deep) { return deep || K >= kGemmLongK; }
-// Whether blocks rotate their start in K (KF_GEMM_ROTATE). Measured on the
-// H200 (docs/perf-notes.md, v5): rotation took Qwen3-8B's down_proj (K =
-// 12288) at R = 8 from 57% to 75% of the read ceiling, but cost Llama's
-// (K = 14336) 4 points and moved the K = 4096 shapes by +-3. The rule keeps
-// it where it was measured to help: the long path (x does not fit in L1
-// beside the 64 KB ring) with activation rows a multiple of 8 KB apart,
-// which is when the rows of x map alike in L2 (a guess the data fits, not
-// a measured fact).
-// lng: the long path (gemm_long); LD: elements from one activation row to the
-// next. A function of the kernel's parameters alone, never of W: the
-// rotation orders each warp's sum.
-__host__ __device__ constexpr bool gemm_rotate(bool lng, int LD) {
+// Whether blocks rotate their start in K (KF_GEMM_ROTATE): where the
+// activation rows are a multiple of 8 KB apart, which is when the rows of x
+// map alike in L2 (a guess the data fits, not a measured fact). Measured on
+// the H200: rotation took Qwen3-8B's down_proj (K = 12288) at R = 8 from 57%
+// to 75% of the read ceiling (docs/perf-notes.md, v5) and, with the one-wave
+// cap, the K = 4096 shapes of the 8B models up by 1-3 points (v8), but cost
+// Llama's down_proj (K = 14336, rows 28 KB apart) 4 points (v5).
+// LD: elements from one activation row to the next. A function of the
+// kernel's parameters alone, never of W: the rotation orders each warp's sum.
+__host__ __device__ constexpr bool gemm_rotate(int LD) {
 #ifdef KF_GEMM_ROTATE
   return KF_GEMM_ROTATE != 0 && LD > 0;
 #else
-  return lng && (LD * 2) % 8192 == 0;
+  return (LD * 2) % 8192 == 0;
 #endif // KF_GEMM_ROTATE
 }
 
@@ -250,7 +248,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
     src[i][0] = w + lo[i] + (long long)crow * LD + 8 * cchunk;
     src[i][1] = w + hi[i] + (long long)crow * LD + 8 * cchunk;
   }
-  const int rot = gemm_rotate(LONG, LD) ? (int)(blockIdx.x % (n / C)) * C : 0;
+  const int rot = gemm_rotate(LD) ? (int)(blockIdx.x % (n / C)) * C : 0;
   auto kunit = [&](int j) {
     j += rot;
     j -= j >= n ? n : 0;
