@@ -364,8 +364,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 // blocks exit.
 //
 // DEEP: the long path (gemm_long) at any K: twice the weights in flight per
-// warp, from a 64 KB ring in dynamic shared memory, and the rotated start
-// where gemm_rotate says so (the schemas' DEEP_RING).
+// warp, from a 64 KB ring in dynamic shared memory (the schemas' DEEP_RING).
 template <int K, int NTI, int W, int THREADS, bool HALVES = false, int KSPLIT = 1,
           bool DEEP = false, class Epi>
 KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
