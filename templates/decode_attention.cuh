@@ -60,11 +60,18 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
   return ((page * PAGE_SIZE + tok % PAGE_SIZE) * HKV + h) * D;
 }
 
-// Tuning knob: 1 issues the next tile's loads before the current tile's
-// arithmetic (twice the registers for K and V, twice the bytes in flight).
-#ifndef KF_ATTN_PREFETCH
-#define KF_ATTN_PREFETCH 0
-#endif // KF_ATTN_PREFETCH
+// Tuning knob: launches of width <= KF_ATTN_TWO_TILES_MAX_W keep two tiles
+// of K and V per warp in registers: the next tile's loads go out before the
+// current tile's arithmetic, and both of a warp's first tiles are read ahead
+// of grid_dep_wait (twice the bytes in flight, about 220 registers instead of
+// 170). Width 1 is capped at 2 blocks per SM anyway (launch.one_wave), so
+// the registers cost it no blocks; from width 2 they cost the third block
+// per SM. Measured on the H200 (docs/perf-notes.md, v9): width 1, 8K tokens
+// 47-52 -> 52-56% of the read ceiling, 32K 76-79 -> 79-81%; width 8, 8K
+// 74-77 -> 70-73%.
+#ifndef KF_ATTN_TWO_TILES_MAX_W
+#define KF_ATTN_TWO_TILES_MAX_W 1
+#endif // KF_ATTN_TWO_TILES_MAX_W
 
 // Tuning knobs of the programmatic launch (docs/perf-notes.md, v7):
 // KF_ATTN_READ_AHEAD 1 loads each warp's first tile before grid_dep_wait
@@ -129,19 +136,22 @@ KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16
 // ... < end_tile of one row and kv head, and leave the state in part[warp].
 // q rows are the G query heads (q_head0 points at the first, HEAD_DIM apart).
 // have_first: `first` already holds tile first_tile (read ahead of
-// grid_dep_wait); else the warp loads it here.
+// grid_dep_wait); else the warp loads it here. TWO: the warp keeps the next
+// tile in flight while it works on one; have_second: `second` already holds
+// tile first_tile + step (read ahead too).
 //
 // S^T = Q K^T runs as m16n8k16 with the heads as M (G of 16 rows used) and 8
 // tokens as N; its accumulator layout (head g, tokens 2t, 2t+1) is exactly
 // the B fragment of the next product O^T = V^T P^T (M = head-dim rows, N =
 // heads), so P never leaves registers. V^T fragments are built from 16-byte
 // row loads with byte permutes.
-template <int D, int G, int HKV, int PAGE_SIZE, int NW>
+template <int D, int G, int HKV, int PAGE_SIZE, int NW, bool TWO>
 KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
                                 const kf_bf16 *v_cache, const int *page_row, int kv_head, int len,
                                 int first_tile, int end_tile, int step, float scale_log2,
-                                const kv_tile<D> &first, bool have_first,
-                                attn_partials<G, D, NW> &part, int warp, int lane) {
+                                const kv_tile<D> &first, bool have_first, const kv_tile<D> &second,
+                                bool have_second, attn_partials<G, D, NW> &part, int warp,
+                                int lane) {
   static_assert(D % 64 == 0, "HEAD_DIM must be a multiple of 64");
   static_assert(G >= 1 && G <= 8, "at most 8 query heads per kv head");
   constexpr int KJ = D / 32; // 16-byte K loads per token row per lane
@@ -172,7 +182,7 @@ KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
   auto page_of = [&](int tile) {
     return tile < end_tile ? page_row[tile * kAttnTile / PAGE_SIZE] : 0;
   };
-  kv_tile<D> cur = first, nxt;
+  kv_tile<D> cur = first, nxt = second;
   if (!have_first && first_tile < end_tile)
     load_kv_tile<D, HKV, PAGE_SIZE>(cur, k_cache, v_cache, page_of(first_tile), kv_head, len,
                                     first_tile, lane);
@@ -181,23 +191,29 @@ KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
     const int tok0 = tile * kAttnTile;
     const int next = tile + step;
     const int page_after = page_of(next + step);
-    if (KF_ATTN_PREFETCH && next < end_tile)
+    if (TWO && next < end_tile && !(have_second && tile == first_tile))
       load_kv_tile<D, HKV, PAGE_SIZE>(nxt, k_cache, v_cache, page_next, kv_head, len, next, lane);
     const vec8(&kv)[2][KJ] = cur.k;
     const vec8(&vv)[4][VH] = cur.v;
 
-    // Scores: sc[nt][e] is head g, token tok0 + 8 nt + 2t + e.
+    // Scores: sc[nt][e] is head g, token tok0 + 8 nt + 2t + e. Each is
+    // summed in two independent chains of matrix instructions (hf: the first
+    // and the last four of a lane's eight head dims of every 32), added at
+    // the end: half the dependent latency.
     float sc[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+      float half[2][4] = {};
 #pragma unroll
       for (int j = 0; j < KJ; ++j) {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf)
-          mma_bf16_16816(sc[nt], qa[j][hf][0], 0u, qa[j][hf][1], 0u, kv[nt][j].w[2 * hf],
+          mma_bf16_16816(half[hf], qa[j][hf][0], 0u, qa[j][hf][1], 0u, kv[nt][j].w[2 * hf],
                          kv[nt][j].w[2 * hf + 1]);
       }
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        sc[nt][e] = half[0][e] + half[1][e];
     }
     float x[2][2];
     float tmax = -INFINITY;
@@ -247,7 +263,7 @@ KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
         mma_bf16_16816(o[hh * 4 + pp], a0, a1, a2, a3, b0, b1);
       }
     }
-    if (KF_ATTN_PREFETCH)
+    if (TWO)
       cur = nxt;
     else if (next < end_tile)
       load_kv_tile<D, HKV, PAGE_SIZE>(cur, k_cache, v_cache, page_next, kv_head, len, next, lane);
@@ -475,19 +491,27 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   const int *page_row = block_tables + (long long)row * block_table_stride;
 
   // Ahead of grid_dep_wait (a programmatic launch: the kernel before may
-  // still run), each warp loads its first tile of K and V, unless that tile
-  // holds the row's newest token, seq_lens[row] - 1, which the kernel before
+  // still run), each warp loads its first tile of K and V (its first two at
+  // widths up to KF_ATTN_TWO_TILES_MAX_W), unless a tile holds the row's
+  // newest token, seq_lens[row] - 1, which the kernel before
   // (rope_kv_write) writes. So the lookups and the first round trip to memory
   // overlap the kernel before. What is read here, block_tables, seq_lens and
   // older tokens' K and V, must be written before the layer's first kernel
   // starts (docs/contracts.md).
   const int my_first = tile0 + warp;
 #if KF_USE_MMA
-  kv_tile<D> first{};
-  const bool have_first = KF_ATTN_READ_AHEAD && active && my_first < min(tile1, n_tiles - 1);
+  constexpr bool kTwo = P::W <= KF_ATTN_TWO_TILES_MAX_W;
+  const int older = min(tile1, n_tiles - 1); // tiles below it hold no newest token
+  kv_tile<D> first{}, second{};
+  const bool have_first = KF_ATTN_READ_AHEAD && active && my_first < older;
+  const bool have_second = kTwo && have_first && my_first + NW < older;
   if (have_first)
     load_kv_tile<D, HKV, PS, false>(first, k_cache, v_cache, page_row[my_first * kAttnTile / PS],
                                     kv_head, len, my_first, lane);
+  if (have_second)
+    load_kv_tile<D, HKV, PS, false>(second, k_cache, v_cache,
+                                    page_row[(my_first + NW) * kAttnTile / PS], kv_head, len,
+                                    my_first + NW, lane);
 #endif             // KF_USE_MMA
   grid_dep_wait(); // q and the newest token's K and V come from the kernel before
   if (!active)
@@ -496,8 +520,9 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   const kf_bf16 *q_head0 = q + ((long long)row * HQ + (long long)kv_head * G) * D;
   const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
 #if KF_USE_MMA
-  attend_tiles_mma<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len, my_first,
-                                      tile1, NW, scale_log2, first, have_first, part, warp, lane);
+  attend_tiles_mma<D, G, HKV, PS, NW, kTwo>(q_head0, k_cache, v_cache, page_row, kv_head, len,
+                                            my_first, tile1, NW, scale_log2, first, have_first,
+                                            second, have_second, part, warp, lane);
 #else
   attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
                                           my_first, tile1, NW, scale_log2, part, warp, lane);
