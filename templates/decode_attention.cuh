@@ -67,10 +67,15 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // 170). Width 1 is capped at 2 blocks per SM anyway (launch.one_wave), so
 // the registers cost it no blocks; from width 2 they cost the third block
 // per SM. Measured on the H200 (docs/perf-notes.md, v9): width 1, 8K tokens
-// 47-52 -> 52-56% of the read ceiling, 32K 76-79 -> 79-81%; width 8, 8K
-// 74-77 -> 70-73%.
+// 47-52 -> 49-56% of the read ceiling, 32K 75-79 -> 77-81%; width 8, 8K
+// 74-77 -> 68-73%. Only on sm_90: for sm_100a ptxas needs 255 registers and
+// still spills, and no sm_100 GPU has measured it.
 #ifndef KF_ATTN_TWO_TILES_MAX_W
+#if KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900 && KF_ARCH_CODE < 1000
 #define KF_ATTN_TWO_TILES_MAX_W 1
+#else
+#define KF_ATTN_TWO_TILES_MAX_W 0
+#endif
 #endif // KF_ATTN_TWO_TILES_MAX_W
 
 // Tuning knobs of the programmatic launch (docs/perf-notes.md, v7):
