@@ -9,6 +9,7 @@ CPU suite. Needs nvcc; about a minute on two cores.
 import glob
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -34,6 +35,7 @@ class ShippedKernels(unittest.TestCase):
 
     def test_every_shipped_kernel_builds_for_its_arches_without_spills(self):
         work = tempfile.mkdtemp(prefix="kf-shipped-")
+        self.addCleanup(shutil.rmtree, work, True)
         cache = os.path.join(work, "cache")
         argv = [KFORGE, "build", "--template-dir", os.path.join(SRC, "templates"), "--cache", cache,
                 "--out", os.path.join(work, "out"), "-j", str(os.cpu_count() or 2), "--json",
