@@ -475,6 +475,9 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   __shared__ attn_partials<G, D, NW> part;
   // The merge's stage: as many whole records as fit beside the rest of the
   // block's static shared memory, below 48 KB (18 of 32 ranges for 4 heads).
+  // Width 8 runs 3 blocks per SM and needs the ~90 KB of L1 this leaves:
+  // every record in one 66.5 KB stage cost it 15 points, a smaller stage
+  // gained nothing (docs/perf-notes.md, v9 runs 8-11).
   constexpr int kRecBytes = kPartFloats * 4;
   constexpr int kStageBytes = 46 * 1024 - (int)sizeof(attn_partials<G, D, NW>);
   constexpr int kStage = kStageBytes / kRecBytes < 1        ? 1
