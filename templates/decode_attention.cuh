@@ -408,36 +408,59 @@ template <int G, int D, int THREADS> struct record_merge {
     }
   }
 
-  // Merges the n records at recs (kRec floats apart, this block's shared memory).
-  KF_DEVICE void absorb(const float *recs, int n) {
+  // Merges n records in order, wherever they are: rec_m(u, q, h) and
+  // rec_l(u, q, h) give record u's maximum and sum of head h, rec_o(u, q, h,
+  // d) its float4 of head h at d, the thread's q-th. MAXN > 0: n <= MAXN, and
+  // the loops unroll (for records held in registers).
+  template <int MAXN, class FM, class FL, class FO>
+  KF_DEVICE void absorb_from(int n, FM rec_m, FL rec_l, FO rec_o) {
+    auto each_record = [&](auto body) {
+      if constexpr (MAXN > 0) {
+#pragma unroll
+        for (int u = 0; u < MAXN; ++u)
+          if (u < n)
+            body(u);
+      } else {
+        for (int u = 0; u < n; ++u)
+          body(u);
+      }
+    };
 #pragma unroll
     for (int q = 0; q < kEl; ++q) {
       const int e = (int)threadIdx.x + q * THREADS;
       if (e < G * D / 4) {
         const int h = e / (D / 4), d = 4 * (e % (D / 4));
         float bmx = mx[q];
-        for (int u = 0; u < n; ++u)
-          bmx = fmaxf(bmx, recs[u * kRec + G * D + h]);
+        each_record([&](int u) { bmx = fmaxf(bmx, rec_m(u, q, h)); });
         const float c = mx[q] == -INFINITY ? 0.f : exp2f(mx[q] - bmx); // bmx >= mx, finite
         acc[q].x *= c;
         acc[q].y *= c;
         acc[q].z *= c;
         acc[q].w *= c;
         l[q] *= c;
-        for (int u = 0; u < n; ++u) {
-          const float *rec_u = recs + u * kRec;
-          const float ms = rec_u[G * D + h];
+        each_record([&](int u) {
+          const float ms = rec_m(u, q, h);
           const float f = ms == -INFINITY ? 0.f : exp2f(ms - bmx);
-          const float4 v = *reinterpret_cast<const float4 *>(rec_u + h * D + d);
+          const float4 v = rec_o(u, q, h, d);
           acc[q].x = fmaf(v.x, f, acc[q].x);
           acc[q].y = fmaf(v.y, f, acc[q].y);
           acc[q].z = fmaf(v.z, f, acc[q].z);
           acc[q].w = fmaf(v.w, f, acc[q].w);
-          l[q] = fmaf(rec_u[G * D + G + h], f, l[q]);
-        }
+          l[q] = fmaf(rec_l(u, q, h), f, l[q]);
+        });
         mx[q] = bmx;
       }
     }
+  }
+
+  // Merges the n records at recs (kRec floats apart, this block's shared memory).
+  KF_DEVICE void absorb(const float *recs, int n) {
+    absorb_from<0>(
+        n, [&](int u, int, int h) { return recs[u * kRec + G * D + h]; },
+        [&](int u, int, int h) { return recs[u * kRec + G * D + G + h]; },
+        [&](int u, int, int h, int d) {
+          return *reinterpret_cast<const float4 *>(recs + u * kRec + h * D + d);
+        });
   }
 
   // The normalised output, heads D apart from out_head0.
@@ -571,20 +594,58 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
 
   // Merge the ranges in range order, a stage of kStage records at a time:
   // the block copies a stage's records (contiguous in workspace) into shared
-  // memory with cp.async, every copy issued together, so a merge waits for
-  // one round trip to L2 per stage (2 for 32 ranges of 4 heads), then merges
-  // from there.
-  merge_t all;
-  for (int s0 = 0; s0 < n_ranges; s0 += kStage) {
-    const int nb = min(kStage, n_ranges - s0);
+  // memory with cp.async, every copy issued together, then merges from
+  // there. Where the records past the first stage are few (at most 16
+  // float4 per thread: 14 for 32 ranges of 4 heads), each thread loads its
+  // share of them into registers while the first stage is in flight, so the
+  // merge waits for one round trip to L2 instead of one per stage, and
+  // merges them in the same order with the same arithmetic.
+  auto copy_stage = [&](int s0, int nb) {
     const float *src = ws_pair + (long long)s0 * kPartFloats;
     for (int c = (int)threadIdx.x; c < nb * kPartFloats / 4; c += kAttnThreads)
       async_copy16(stage + 4 * c, src + 4 * c);
     async_commit();
+  };
+  constexpr int kRest = SPLITS - kStage; // records past the first stage, at most
+  merge_t all;
+  if constexpr (kRest > 0 && kRest * merge_t::kEl <= 16) {
+    const int nb = min(kStage, n_ranges), nr = n_ranges - nb;
+    copy_stage(0, nb);
+    float4 rest_o[kRest][merge_t::kEl];
+    float rest_m[kRest][merge_t::kEl], rest_l[kRest][merge_t::kEl];
+#pragma unroll
+    for (int u = 0; u < kRest; ++u) {
+#pragma unroll
+      for (int q = 0; q < merge_t::kEl; ++q) {
+        const int e = (int)threadIdx.x + q * kAttnThreads;
+        rest_o[u][q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        rest_m[u][q] = rest_l[u][q] = 0.f;
+        if (u < nr && e < G * D / 4) {
+          const int h = e / (D / 4), d = 4 * (e % (D / 4));
+          const float *r = ws_pair + (long long)(kStage + u) * kPartFloats;
+          rest_o[u][q] = load_coherent4(r + h * D + d);
+          rest_m[u][q] = load_coherent(r + G * D + h);
+          rest_l[u][q] = load_coherent(r + G * D + G + h);
+        }
+      }
+    }
     async_wait<0>();
     __syncthreads();
     all.absorb(stage, nb);
-    __syncthreads(); // every thread is done with the stage before the next copy
+    if (nr > 0)
+      all.template absorb_from<kRest>(
+          nr, [&](int u, int q, int) { return rest_m[u][q]; },
+          [&](int u, int q, int) { return rest_l[u][q]; },
+          [&](int u, int q, int, int) { return rest_o[u][q]; });
+  } else {
+    for (int s0 = 0; s0 < n_ranges; s0 += kStage) {
+      const int nb = min(kStage, n_ranges - s0);
+      copy_stage(s0, nb);
+      async_wait<0>();
+      __syncthreads();
+      all.absorb(stage, nb);
+      __syncthreads(); // every thread is done with the stage before the next copy
+    }
   }
   all.store_out(out_head0);
 }
