@@ -507,7 +507,6 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
                          : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
                                                             : SPLITS;
   __shared__ __align__(16) float stage[kStage * kPartFloats];
-  __shared__ int is_last;
 
   const int split = (int)blockIdx.x, kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
   const int len = row < rows ? seq_lens[row] : 0;
@@ -579,18 +578,11 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       rec[G * D + G + h] = l;
     }
   });
-  fence_device();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int *sem = semaphores + (long long)row * HKV + kv_head;
-    is_last = atomicAdd(sem, 1) == n_ranges - 1;
-    if (is_last)
-      *sem = 0; // every range has arrived: reset for the next launch
-  }
-  __syncthreads();
-  if (!is_last)
-    return;
-  fence_device();
+  int *sem = semaphores + (long long)row * HKV + kv_head;
+  if (block_arrive(sem) != n_ranges - 1)
+    return; // not the last range of the (row, kv head) to arrive
+  if (threadIdx.x == 0)
+    *sem = 0; // every range has arrived: reset for the next launch
 
   // Merge the ranges in range order, a stage of kStage records at a time:
   // the block copies a stage's records (contiguous in workspace) into shared

@@ -331,9 +331,39 @@ KF_DEVICE vec8 zero_vec() {
   return v;
 }
 
-// Orders this thread's earlier global writes before its later ones as seen
-// by every block of the launch.
-KF_DEVICE void fence_device() { __threadfence(); }
+// A block's arrival at a device-wide counter, for "the last block to arrive
+// does the rest": every thread of the block calls it, and each gets the
+// counter's value before the block's +1. What the block wrote before the
+// call is visible to every block that arrives after it, and what blocks
+// arriving before it wrote is visible to the whole block after the call.
+// NVIDIA: thread 0 adds with one acquire-release atomic between two
+// barriers (the PTX memory model orders the other threads' writes before
+// the release through the first barrier, and their later reads after the
+// acquire through the second); no thread fences on its own. Elsewhere every
+// thread fences before and after.
+KF_DEVICE int block_arrive(int *counter) {
+  __shared__ int before;
+#if !KF_ARCH_IS_NVIDIA
+  __threadfence();
+#endif // !KF_ARCH_IS_NVIDIA
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#if KF_ARCH_IS_NVIDIA
+    asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;"
+                 : "=r"(before)
+                 : "l"(counter)
+                 : "memory");
+#else
+    before = atomicAdd(counter, 1);
+#endif // KF_ARCH_IS_NVIDIA
+  }
+  __syncthreads();
+  const int v = before;
+#if !KF_ARCH_IS_NVIDIA
+  __threadfence();
+#endif // !KF_ARCH_IS_NVIDIA
+  return v;
+}
 
 // ---- bf16 <-> float (bit exact and identical on every vendor) -------------
 KF_DEVICE float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
