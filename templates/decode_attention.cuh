@@ -507,6 +507,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
                          : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
                                                             : SPLITS;
   __shared__ __align__(16) float stage[kStage * kPartFloats];
+  __shared__ int is_last; // block_arrives_last's answer
 
   const int split = (int)blockIdx.x, kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
   const int len = row < rows ? seq_lens[row] : 0;
@@ -578,11 +579,8 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       rec[G * D + G + h] = l;
     }
   });
-  int *sem = semaphores + (long long)row * HKV + kv_head;
-  if (block_arrive(sem) != n_ranges - 1)
-    return; // not the last range of the (row, kv head) to arrive
-  if (threadIdx.x == 0)
-    *sem = 0; // every range has arrived: reset for the next launch
+  if (!block_arrives_last(semaphores, (long long)row * HKV + kv_head, n_ranges, is_last))
+    return; // the last range of the (row, kv head) to arrive merges
 
   // Merge the ranges in range order, a stage of kStage records at a time:
   // the block copies a stage's records (contiguous in workspace) into shared

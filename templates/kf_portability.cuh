@@ -331,38 +331,44 @@ KF_DEVICE vec8 zero_vec() {
   return v;
 }
 
-// A block's arrival at a device-wide counter, for "the last block to arrive
-// does the rest": every thread of the block calls it, and each gets the
-// counter's value before the block's +1. What the block wrote before the
-// call is visible to every block that arrives after it, and what blocks
-// arriving before it wrote is visible to the whole block after the call.
+// A block's arrival at a device-wide counter that `arrivals` blocks reach,
+// for "the last block to arrive does the rest": every thread of the block
+// calls it; it returns true to every thread of the last block, which has
+// then also reset the counter to zero for the next launch. What the blocks
+// wrote before their arrival is visible to the whole last block after it.
 // NVIDIA: thread 0 adds with one acquire-release atomic between two
 // barriers (the PTX memory model orders the other threads' writes before
 // the release through the first barrier, and their later reads after the
 // acquire through the second); no thread fences on its own. Elsewhere every
 // thread fences before and after.
-KF_DEVICE int block_arrive(int *counter) {
-  __shared__ int before;
+// The counter is counters[i]; `last` is a __shared__ int of the caller's.
+// (So spelled on purpose: a flag of the helper's own, or the counter's
+// address computed before the call, gave decode_attention code that ran
+// 0.2-1 us slower per launch on the H200; docs/perf-notes.md, v10.)
+KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int &last) {
 #if !KF_ARCH_IS_NVIDIA
   __threadfence();
 #endif // !KF_ARCH_IS_NVIDIA
   __syncthreads();
   if (threadIdx.x == 0) {
+    int before;
 #if KF_ARCH_IS_NVIDIA
     asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;"
                  : "=r"(before)
-                 : "l"(counter)
+                 : "l"(counters + i)
                  : "memory");
 #else
-    before = atomicAdd(counter, 1);
+    before = atomicAdd(counters + i, 1);
 #endif // KF_ARCH_IS_NVIDIA
+    last = before == arrivals - 1;
+    if (last)
+      counters[i] = 0; // every block has arrived: ready for the next launch
   }
   __syncthreads();
-  const int v = before;
 #if !KF_ARCH_IS_NVIDIA
   __threadfence();
 #endif // !KF_ARCH_IS_NVIDIA
-  return v;
+  return last;
 }
 
 // ---- bf16 <-> float (bit exact and identical on every vendor) -------------
