@@ -331,13 +331,15 @@ KF_DEVICE vec8 zero_vec() {
   return v;
 }
 
+#define KF_HAS_ACQ_REL_ATOMIC (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 700)
+
 // A block's arrival at a device-wide counter that `arrivals` blocks reach,
 // for "the last block to arrive does the rest": every thread of the block
 // calls it; it returns true to every thread of the last block, which has
 // then also reset the counter to zero for the next launch. What the blocks
 // wrote before their arrival is visible to the whole last block after it.
-// NVIDIA: thread 0 adds with one acquire-release atomic between two
-// barriers (the PTX memory model orders the other threads' writes before
+// NVIDIA from sm_70: thread 0 adds with one acquire-release atomic between
+// two barriers (the PTX memory model orders the other threads' writes before
 // the release through the first barrier, and their later reads after the
 // acquire through the second); no thread fences on its own. Elsewhere every
 // thread fences before and after.
@@ -346,28 +348,28 @@ KF_DEVICE vec8 zero_vec() {
 // address computed before the call, gave decode_attention code that ran
 // 0.2-1 us slower per launch on the H200; docs/perf-notes.md, v10.)
 KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int &last) {
-#if !KF_ARCH_IS_NVIDIA
+#if !KF_HAS_ACQ_REL_ATOMIC
   __threadfence();
-#endif // !KF_ARCH_IS_NVIDIA
+#endif // !KF_HAS_ACQ_REL_ATOMIC
   __syncthreads();
   if (threadIdx.x == 0) {
     int before;
-#if KF_ARCH_IS_NVIDIA
+#if KF_HAS_ACQ_REL_ATOMIC
     asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;"
                  : "=r"(before)
                  : "l"(counters + i)
                  : "memory");
 #else
     before = atomicAdd(counters + i, 1);
-#endif // KF_ARCH_IS_NVIDIA
+#endif // KF_HAS_ACQ_REL_ATOMIC
     last = before == arrivals - 1;
     if (last)
       counters[i] = 0; // every block has arrived: ready for the next launch
   }
   __syncthreads();
-#if !KF_ARCH_IS_NVIDIA
+#if !KF_HAS_ACQ_REL_ATOMIC
   __threadfence();
-#endif // !KF_ARCH_IS_NVIDIA
+#endif // !KF_HAS_ACQ_REL_ATOMIC
   return last;
 }
 
