@@ -230,17 +230,23 @@ const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
     }
     free(want);
   } else {
-    /* hipcc's clang: ask it to compile nothing for the target */
+    /* hipcc's clang: ask it to compile nothing for the target. Without
+     * -nogpulib the driver also looks for the target's device library, which
+     * a distribution's ROCm may lack for a target its clang knows. */
     char *target = kf_xasprintf("--offload-arch=%s", arch);
-    char *argv[] = {tc->compiler, "-x",        "hip", "--cuda-device-only", "-nogpulib", "-E",
+    char *argv[] = {tc->compiler, "-x",        "hip", "--cuda-device-only", "-E",
                     target,       "/dev/null", "-o",  "/dev/null",          NULL};
     int rc = kf_run_capture(argv, &out);
     if (rc != 0) {
-      /* clang's own words, e.g. "invalid target ID 'gfx950'" */
+      /* clang's own words, e.g. "invalid target ID 'gfx950'" or "cannot find
+       * ROCm device library for gfx1100" */
       const char *e = out ? strstr(out, "error: ") : NULL;
       char *line = e ? kf_xstrndup(e + 7, strcspn(e + 7, ";\n")) : kf_xstrdup("no reason given");
-      reason = kf_xasprintf("%s (%s) cannot build for %s: a newer ROCm toolchain is needed (%s)",
-                            tc->compiler, tc->short_name, arch, line);
+      const char *need = strstr(line, "device library")
+                             ? "its ROCm installation has no device library for this target"
+                             : "a newer ROCm toolchain is needed";
+      reason = kf_xasprintf("%s (%s) cannot build for %s: %s (%s)", tc->compiler, tc->short_name,
+                            arch, need, line);
       free(line);
     }
     free(target);

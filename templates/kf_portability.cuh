@@ -17,7 +17,13 @@
 #if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 #define KF_VENDOR_HIP 1
 #include <hip/hip_runtime.h>
+#if __has_include(<hip/hip_bf16.h>)
+#define KF_HIP_BF16_HEADER 1 // ROCm 5.7 and later: __hip_bfloat16
 #include <hip/hip_bf16.h>
+#else
+#define KF_HIP_BF16_HEADER 0 // older ROCm (Debian 12's 5.2): hip_bfloat16
+#include <hip/hip_bfloat16.h>
+#endif // __has_include(<hip/hip_bf16.h>)
 #else
 #define KF_VENDOR_HIP 0
 #include <cuda_runtime.h>
@@ -65,8 +71,12 @@
 #endif // defined(KF_FORCE_GENERIC)
 
 // ---- types -----------------------------------------------------------------
-#if KF_VENDOR_HIP
+// Templates use kf_bf16 only as 2-byte storage and convert with the bit
+// operations below, so either ROCm type serves.
+#if KF_VENDOR_HIP && KF_HIP_BF16_HEADER
 typedef __hip_bfloat16 kf_bf16;
+#elif KF_VENDOR_HIP
+typedef hip_bfloat16 kf_bf16;
 #else
 typedef __nv_bfloat16 kf_bf16;
 #endif // KF_VENDOR_HIP

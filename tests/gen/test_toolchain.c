@@ -190,8 +190,16 @@ FX_CHILD(probe_hip_device_flags) {
   return 0;
 }
 
+/* Prints "gfx90a=<reason or ok>". */
+FX_CHILD(print_hip_arch_check) {
+  kf_toolchain *tc = kf_toolchain_get(KF_BACKEND_HIP);
+  const char *why = tc->error ? tc->error : kf_toolchain_check_arch(tc, "gfx90a");
+  printf("gfx90a=%s\n", why ? why : "ok");
+  return 0;
+}
+
 FX_CHILDREN(FX_CHILD_ENTRY(print_identity), FX_CHILD_ENTRY(print_cuda_arch_checks),
-            FX_CHILD_ENTRY(probe_hip_device_flags))
+            FX_CHILD_ENTRY(probe_hip_device_flags), FX_CHILD_ENTRY(print_hip_arch_check))
 
 /* The identity lines printed by a child with env, joined (caller frees). */
 static char *identity_with(const char *const *env) {
@@ -327,6 +335,35 @@ KF_TEST(toolchain__hipcc_accepts_gfx90a) {
   kf_toolchain *tc = hip();
   KF_CHECK(kf_toolchain_check_arch(tc, "gfx90a") == NULL);
   KF_CHECK(kf_toolchain_check_arch(tc, "gfx90a:xnack-") == NULL);
+}
+
+/* A ROCm whose clang knows the target but that has no device library for it
+ * (Debian's 5.2 and gfx1100): the real hipcc pointed at an empty library
+ * directory when it only preprocesses, as the arch check does. */
+KF_TEST(toolchain__hipcc_without_the_device_library_says_so) {
+  const char *dir = fx_tmpdir();
+  char *script = kf_xasprintf("#!/bin/sh\n"
+                              "case \" $* \" in\n"
+                              "  *\" -E \"*) exec %s --rocm-device-lib-path=%s \"$@\" ;;\n"
+                              "esac\n"
+                              "exec %s \"$@\"\n",
+                              hip()->compiler, dir, hip()->compiler);
+  char *fake = fx_write(dir, "hipcc", script);
+  KF_CHECK(chmod(fake, 0755) == 0);
+  char *env_hipcc = kf_xasprintf("KFORGE_HIPCC=%s", fake);
+  const char *env[] = {env_hipcc, NULL};
+  char *out = NULL;
+  KF_CHECK(fx_run_child("print_hip_arch_check", env, &out) == 0);
+  char *why = fx_line_value(out, "gfx90a");
+  KF_CHECK(why);
+  KF_CHECK_CONTAINS(why, "cannot build for gfx90a");
+  KF_CHECK_CONTAINS(why, "has no device library for this target");
+  KF_CHECK_CONTAINS(why, "cannot find ROCm device library"); /* clang's own words */
+  free(why);
+  free(out);
+  free(env_hipcc);
+  free(fake);
+  free(script);
 }
 
 KF_TEST(toolchain__hip_device_flags_replay_a_device_only_parse) {
