@@ -8,6 +8,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,9 @@
 static const char usage[] =
     "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--families DIR]\n"
     "Writes a description of the family that matches the config's model_type (llama,\n"
-    "qwen3) to OUT.json, or to standard output.\n";
+    "qwen3) to OUT.json, or to standard output. Where a description in the directory\n"
+    "above the families (models/) has the same family and shape, its tuning fields are\n"
+    "copied, and standard error names it.\n";
 
 static const struct {
   const char *model_type;
@@ -76,6 +79,55 @@ static char *name_from(const cJSON *cfg, const char *cfg_path) {
     kf_buf_add(&b, &c, 1);
   }
   return kf_buf_take(&b);
+}
+
+/* Whether every required shape field of the family has the same value in
+ * both shapes. */
+static int same_shape(const cJSON *fam, const cJSON *a, const cJSON *b) {
+  const cJSON *fields = cJSON_GetObjectItemCaseSensitive(fam, "shape_fields");
+  for (const cJSON *f = fields ? fields->child : NULL; f; f = f->next) {
+    const cJSON *va = cJSON_GetObjectItemCaseSensitive(a, f->string);
+    const cJSON *vb = cJSON_GetObjectItemCaseSensitive(b, f->string);
+    if (!va || !vb || !cJSON_Compare(va, vb, 1))
+      return 0;
+  }
+  return 1;
+}
+
+/* Copies into shape the fields the family marks "tuning" (measured choices
+ * such as o_proj_k_split) from the first description, in name order, under
+ * models_dir with the same family and shape. Returns its path (caller frees)
+ * or NULL. Descriptions that do not parse are passed over: they are not this
+ * command's input. */
+static char *copy_tuning(const char *models_dir, const char *family, const cJSON *fam,
+                         cJSON *shape) {
+  char *pattern = kf_xasprintf("%s/*.json", models_dir);
+  glob_t g;
+  char *from = NULL;
+  if (glob(pattern, 0, NULL, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc && !from; i++) {
+      char *text = kf_read_file(g.gl_pathv[i], NULL);
+      cJSON *d = text ? cJSON_Parse(text) : NULL;
+      free(text);
+      const cJSON *df = cJSON_GetObjectItemCaseSensitive(d, "family");
+      const cJSON *ds = cJSON_GetObjectItemCaseSensitive(d, "shape");
+      if (cJSON_IsString(df) && !strcmp(df->valuestring, family) && cJSON_IsObject(ds) &&
+          same_shape(fam, shape, ds)) {
+        from = kf_xstrdup(g.gl_pathv[i]);
+        const cJSON *opt = cJSON_GetObjectItemCaseSensitive(fam, "optional_fields");
+        for (const cJSON *o = opt ? opt->child : NULL; o; o = o->next) {
+          const cJSON *v = cJSON_GetObjectItemCaseSensitive(ds, o->string);
+          if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tuning")) && v &&
+              !cJSON_GetObjectItemCaseSensitive(shape, o->string))
+            cJSON_AddItemToObject(shape, o->string, cJSON_Duplicate(v, 1));
+        }
+      }
+      cJSON_Delete(d);
+    }
+    globfree(&g);
+  }
+  free(pattern);
+  return from;
 }
 
 int kf_cmd_import_hf(int argc, char **argv) {
@@ -158,6 +210,12 @@ int kf_cmd_import_hf(int argc, char **argv) {
   }
   if (missing)
     goto done;
+  char *models_dir = kf_path_dirname(fam_dir);
+  char *tuned_from = copy_tuning(models_dir, family, fam, shape);
+  if (tuned_from)
+    fprintf(stderr, "tuning fields from %s (same family and shape)\n", tuned_from);
+  free(tuned_from);
+  free(models_dir);
   char *text = cJSON_Print(desc);
   if (out) {
     size_t n = strlen(text);

@@ -258,6 +258,29 @@ class ImportHF(unittest.TestCase):
                        "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-5,
                        "rope_theta": 500000}, check_keys=False)
 
+    def test_import_hf_takes_the_tuning_of_a_shipped_description_of_the_same_shape(self):
+        w = Work(self, "hf-tuned", copy_shipped=True)
+        fams = ["--families", "shipped/models/families"]
+        shipped = w.load_json("shipped/models/qwen3-0.6b.json")
+        keys = ("keys", "--templates", "shipped/templates", "--arch", "sm_90a")
+        before = parse_keys(self, w.ok(*keys, "shipped/models/qwen3-0.6b.json", common=False).out)
+        r = w.ok("import-hf", os.path.join(FIXTURES, "hf", "qwen3-0.6b.config.json"), "-o",
+                 "shipped/models/imported.json", "--name", "qwen3-0.6b", *fams, common=False)
+        self.assertIn("tuning fields from", r.err)
+        self.assertIn("qwen3-0.6b.json", r.err)
+        shape = w.load_json("shipped/models/imported.json")["shape"]
+        for field in ("o_proj_k_split", "down_proj_k_split", "gate_up_proj_deep_ring"):
+            self.assertEqual(shape.get(field), shipped["shape"][field], field)
+        self.assertNotIn("page_size", shape)  # a serving choice, not tuning
+        # so the imported description builds exactly the shipped kernels
+        after = parse_keys(self, w.ok(*keys, "shipped/models/imported.json", common=False).out)
+        self.assertEqual(after, before)
+        # another shape takes nothing
+        r = w.ok("import-hf", os.path.join(FIXTURES, "hf", "llama-3.2-1b.config.json"), *fams,
+                 common=False)
+        self.assertNotIn("tuning fields", r.err)
+        self.assertFalse([f for f in json.loads(r.out)["shape"] if "split" in f or "ring" in f])
+
     def test_import_hf_refuses_unknown_model_type(self):
         w = Work(self, "hf-bad")
         r = w.kf("import-hf", os.path.join(FIXTURES, "hf", "gpt2.config.json"), "-o", "x.json",
