@@ -66,13 +66,15 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // of grid_dep_wait (twice the bytes in flight, about 220 registers instead of
 // 170). Width 1 is capped at 2 blocks per SM anyway (launch.one_wave), so
 // the registers cost it no blocks; from width 2 they cost the third block
-// per SM. Measured on the H200 (docs/perf-notes.md, v9): width 1, 8K tokens
-// 47-52 -> 49-56% of the read ceiling, 32K 75-79 -> 77-81%; width 8, 8K
-// 74-77 -> 68-73%. Only on sm_90: for sm_100a ptxas needs 255 registers and
-// still spills, and no sm_100 GPU has measured it.
+// per SM. Measured on the H200 (docs/perf-notes.md, v9 and v11): width 1,
+// 8K tokens 47-52 -> 49-56% of the read ceiling, 32K 75-79 -> 77-81%; width
+// 2 (512 blocks: 1.3 waves of 3 per SM, 1.9 of 2), 32K 74-77 -> 83-84%, 128K
+// 80-82 -> 92-94%; width 4, 8K 68-72 -> 64-68%; width 8, 8K 74-77 -> 68-73%.
+// Only on sm_90: for sm_100a ptxas needs 255 registers and still spills, and
+// no sm_100 GPU has measured it.
 #ifndef KF_ATTN_TWO_TILES_MAX_W
 #if KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900 && KF_ARCH_CODE < 1000
-#define KF_ATTN_TWO_TILES_MAX_W 1
+#define KF_ATTN_TWO_TILES_MAX_W 2
 #else
 #define KF_ATTN_TWO_TILES_MAX_W 0
 #endif
