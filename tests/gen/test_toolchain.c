@@ -218,6 +218,28 @@ static char *identity_with(const char *const *env) {
   return out;
 }
 
+/* Writes script as an executable `name` in a fresh directory, runs child
+ * with `var`=<its path>, and returns what the child printed (caller frees);
+ * *path gets the script's path when path is not NULL (caller frees). Dies
+ * (failing the test) when the child does. */
+static char *run_with_fake_compiler(const char *var, const char *name, const char *script,
+                                    const char *child, char **path) {
+  char *fake = fx_write(fx_tmpdir(), name, script);
+  if (chmod(fake, 0755) != 0)
+    fx_die("chmod %s: %s", fake, strerror(errno));
+  char *env_var = kf_xasprintf("%s=%s", var, fake);
+  const char *env[] = {env_var, NULL};
+  char *out = NULL;
+  if (fx_run_child(child, env, &out) != 0)
+    fx_die("child %s failed:\n%s", child, out ? out : "");
+  free(env_var);
+  if (path)
+    *path = fake;
+  else
+    free(fake);
+  return out;
+}
+
 KF_TEST(toolchain__nvcc_append_flags_changes_the_identity) {
   const char *unset[] = {"NVCC_APPEND_FLAGS", "KFORGE_NVCC", NULL};
   const char *lineinfo[] = {"NVCC_APPEND_FLAGS=-lineinfo", "KFORGE_NVCC", NULL};
@@ -258,20 +280,16 @@ KF_TEST(toolchain__identity_does_not_depend_on_where_nvcc_was_found) {
 /* A fake nvcc whose --list-gpu-code stops at sm_90: sm_100a is refused with
  * a reason naming it and the fix. */
 KF_TEST(toolchain__check_arch_rejects_an_arch_nvcc_does_not_list) {
-  const char *dir = fx_tmpdir();
-  char *fake = fx_write(dir, "nvcc",
-                        "#!/bin/sh\n"
-                        "case \"$1\" in\n"
-                        "--version) printf 'nvcc: NVIDIA (R) Cuda compiler driver\\n"
-                        "Cuda compilation tools, release 12.2, V12.2.140\\n' ;;\n"
-                        "--list-gpu-code) printf 'sm_80\\nsm_86\\nsm_89\\nsm_90\\n' ;;\n"
-                        "*) exit 1 ;;\n"
-                        "esac\n");
-  KF_CHECK(chmod(fake, 0755) == 0);
-  char *env_nvcc = kf_xasprintf("KFORGE_NVCC=%s", fake);
-  const char *env[] = {env_nvcc, NULL};
-  char *out = NULL;
-  KF_CHECK(fx_run_child("print_cuda_arch_checks", env, &out) == 0);
+  char *out =
+      run_with_fake_compiler("KFORGE_NVCC", "nvcc",
+                             "#!/bin/sh\n"
+                             "case \"$1\" in\n"
+                             "--version) printf 'nvcc: NVIDIA (R) Cuda compiler driver\\n"
+                             "Cuda compilation tools, release 12.2, V12.2.140\\n' ;;\n"
+                             "--list-gpu-code) printf 'sm_80\\nsm_86\\nsm_89\\nsm_90\\n' ;;\n"
+                             "*) exit 1 ;;\n"
+                             "esac\n",
+                             "print_cuda_arch_checks", NULL);
   char *sm100 = fx_line_value(out, "sm_100a");
   char *sm90 = fx_line_value(out, "sm_90a");
   char *sm80 = fx_line_value(out, "sm_80");
@@ -286,18 +304,13 @@ KF_TEST(toolchain__check_arch_rejects_an_arch_nvcc_does_not_list) {
   free(sm90);
   free(sm80);
   free(out);
-  free(env_nvcc);
-  free(fake);
 }
 
 KF_TEST(toolchain__a_compiler_that_is_not_nvcc_is_an_error) {
-  const char *dir = fx_tmpdir();
-  char *fake = fx_write(dir, "nvcc", "#!/bin/sh\necho 'some other tool 1.0'\n");
-  KF_CHECK(chmod(fake, 0755) == 0);
-  char *env_nvcc = kf_xasprintf("KFORGE_NVCC=%s", fake);
-  const char *env[] = {env_nvcc, NULL};
-  char *out = NULL;
-  KF_CHECK(fx_run_child("print_cuda_arch_checks", env, &out) == 0);
+  char *fake = NULL;
+  char *out =
+      run_with_fake_compiler("KFORGE_NVCC", "nvcc", "#!/bin/sh\necho 'some other tool 1.0'\n",
+                             "print_cuda_arch_checks", &fake);
   char *why = fx_line_value(out, "sm_90a");
   char *want = kf_xasprintf("%s --version did not answer like nvcc", fake);
   KF_CHECK_STR_EQ(why, want);
@@ -310,7 +323,6 @@ KF_TEST(toolchain__a_compiler_that_is_not_nvcc_is_an_error) {
   KF_CHECK_CONTAINS(why, "/nonexistent/nvcc");
   free(why);
   free(out);
-  free(env_nvcc);
   free(fake);
 }
 
@@ -341,19 +353,14 @@ KF_TEST(toolchain__hipcc_accepts_gfx90a) {
  * (Debian's 5.2 and gfx1100): the real hipcc pointed at an empty library
  * directory when it only preprocesses, as the arch check does. */
 KF_TEST(toolchain__hipcc_without_the_device_library_says_so) {
-  const char *dir = fx_tmpdir();
+  const char *empty = fx_tmpdir();
   char *script = kf_xasprintf("#!/bin/sh\n"
                               "case \" $* \" in\n"
                               "  *\" -E \"*) exec %s --rocm-device-lib-path=%s \"$@\" ;;\n"
                               "esac\n"
                               "exec %s \"$@\"\n",
-                              hip()->compiler, dir, hip()->compiler);
-  char *fake = fx_write(dir, "hipcc", script);
-  KF_CHECK(chmod(fake, 0755) == 0);
-  char *env_hipcc = kf_xasprintf("KFORGE_HIPCC=%s", fake);
-  const char *env[] = {env_hipcc, NULL};
-  char *out = NULL;
-  KF_CHECK(fx_run_child("print_hip_arch_check", env, &out) == 0);
+                              hip()->compiler, empty, hip()->compiler);
+  char *out = run_with_fake_compiler("KFORGE_HIPCC", "hipcc", script, "print_hip_arch_check", NULL);
   char *why = fx_line_value(out, "gfx90a");
   KF_CHECK(why);
   KF_CHECK_CONTAINS(why, "cannot build for gfx90a");
@@ -361,8 +368,6 @@ KF_TEST(toolchain__hipcc_without_the_device_library_says_so) {
   KF_CHECK_CONTAINS(why, "cannot find ROCm device library"); /* clang's own words */
   free(why);
   free(out);
-  free(env_hipcc);
-  free(fake);
   free(script);
 }
 
