@@ -65,12 +65,57 @@ static cJSON *convert_value(const char *field, const cJSON *v) {
   return cJSON_Duplicate(v, 1);
 }
 
+/* The last component of path, less a trailing '/'. */
+static char *last_component(const char *path) {
+  size_t len = strlen(path);
+  while (len > 1 && path[len - 1] == '/')
+    len--;
+  size_t start = len;
+  while (start > 0 && path[start - 1] != '/')
+    start--;
+  return kf_xstrndup(path + start, len - start);
+}
+
+/* A name from where the config lies: for a file named config.json, its
+ * folder, or NAME in the Hugging Face hub cache's
+ * models--ORG--NAME/snapshots/REV/config.json; else the file's name less
+ * ".config.json" or ".json". */
+static char *name_from_path(const char *path) {
+  char *base = last_component(path);
+  if (strcmp(base, "config.json") != 0) {
+    size_t len = strlen(base);
+    if (len > 12 && !strcmp(base + len - 12, ".config.json"))
+      base[len - 12] = '\0';
+    else if (len > 5 && !strcmp(base + len - 5, ".json"))
+      base[len - 5] = '\0';
+    return base;
+  }
+  free(base);
+  char *dir = kf_path_dirname(path);
+  char *real = realpath(dir, NULL); /* "." and ".." name nothing */
+  const char *d = real ? real : dir;
+  const char *hub = strstr(d, "/models--");
+  char *name;
+  if (hub && strstr(hub, "/snapshots/")) {
+    /* models--ORG--NAME: NAME follows the "--" after ORG */
+    char *component = kf_xstrndup(hub + 9, strcspn(hub + 9, "/"));
+    const char *sep = strstr(component, "--");
+    name = kf_xstrdup(sep && sep[2] ? sep + 2 : component);
+    free(component);
+  } else {
+    name = last_component(d);
+  }
+  free(real);
+  free(dir);
+  return name;
+}
+
+/* The model's name: the last component of the config's _name_or_path, else
+ * name_from_path; lower case, with every character but [a-z0-9._-] made '-'. */
 static char *name_from(const cJSON *cfg, const char *cfg_path) {
   const cJSON *n = cJSON_GetObjectItemCaseSensitive(cfg, "_name_or_path");
-  const char *src = cJSON_IsString(n) && *n->valuestring ? n->valuestring : cfg_path;
-  const char *slash = strrchr(src, '/');
-  if (slash && slash[1])
-    src = slash + 1;
+  char *src = cJSON_IsString(n) && *n->valuestring ? last_component(n->valuestring)
+                                                   : name_from_path(cfg_path);
   kf_buf b = {0};
   for (const char *p = src; *p && b.len < 64; p++) {
     char c = (char)tolower((unsigned char)*p);
@@ -78,6 +123,7 @@ static char *name_from(const cJSON *cfg, const char *cfg_path) {
       c = '-';
     kf_buf_add(&b, &c, 1);
   }
+  free(src);
   return kf_buf_take(&b);
 }
 

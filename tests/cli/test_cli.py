@@ -281,6 +281,31 @@ class ImportHF(unittest.TestCase):
         self.assertNotIn("tuning fields", r.err)
         self.assertFalse([f for f in json.loads(r.out)["shape"] if "split" in f or "ring" in f])
 
+    def test_import_hf_names_the_model_from_where_the_config_lies(self):
+        w = Work(self, "hf-names")
+        with open(os.path.join(FIXTURES, "hf", "llama-3.2-1b.config.json")) as f:
+            cfg = json.load(f)
+        self.assertNotIn("_name_or_path", cfg)
+        places = {
+            # the Hugging Face hub cache: models--ORG--NAME/snapshots/REV/
+            "hub/models--meta-llama--Llama-3.2-1B/snapshots/4e20de3/config.json": "llama-3.2-1b",
+            "Llama-3.2-1B-Instruct/config.json": "llama-3.2-1b-instruct",
+            "my model.config.json": "my-model",
+        }
+        for rel, want in places.items():
+            os.makedirs(os.path.dirname(w.path(rel)) or w.root, exist_ok=True)
+            w.dump_json(rel, cfg)
+            r = w.ok("import-hf", rel, common=False)
+            self.assertEqual(json.loads(r.out)["name"], want, rel)
+        # config.json in the working directory: the directory's own name
+        r = w.ok("import-hf", "config.json", common=False, cwd=w.path("Llama-3.2-1B-Instruct"))
+        self.assertEqual(json.loads(r.out)["name"], "llama-3.2-1b-instruct")
+        # _name_or_path wins over the place
+        cfg["_name_or_path"] = "org/Some-Model"
+        w.dump_json("Llama-3.2-1B-Instruct/config.json", cfg)
+        r = w.ok("import-hf", "Llama-3.2-1B-Instruct/config.json", common=False)
+        self.assertEqual(json.loads(r.out)["name"], "some-model")
+
     def test_import_hf_refuses_unknown_model_type(self):
         w = Work(self, "hf-bad")
         r = w.kf("import-hf", os.path.join(FIXTURES, "hf", "gpt2.config.json"), "-o", "x.json",
