@@ -22,6 +22,10 @@ static const char *const known_arches[] = {
 
 int kf_arch_is_hip(const char *arch) { return strncmp(arch, "gfx", 3) == 0; }
 
+int kf_arch_has_mma(const char *arch) {
+  return strncmp(arch, "sm_", 3) == 0 && isdigit((unsigned char)arch[3]) && atoi(arch + 3) >= 80;
+}
+
 int kf_arch_known(const char *arch) {
   size_t base = strcspn(arch, ":");
   for (const char *const *a = known_arches; *a; a++) {
@@ -401,13 +405,14 @@ static int shape_lookup(void *ctx, const char *name, kf_value *out) {
 typedef struct {
   const kf_kernel_desc *k;
   int width;
+  int mma;
 } launch_ctx;
 
 static int launch_lookup(void *ctx, const char *name, kf_value *out) {
   const launch_ctx *lc = ctx;
-  if (strcmp(name, "W") == 0) {
+  if (strcmp(name, "W") == 0 || strcmp(name, "MMA") == 0) {
     out->is_float = 0;
-    out->i = lc->width;
+    out->i = name[0] == 'W' ? lc->width : lc->mma;
     return 0;
   }
   for (size_t i = 0; i < lc->k->tmpl->nparams; i++) {
@@ -419,9 +424,9 @@ static int launch_lookup(void *ctx, const char *name, kf_value *out) {
   return -1;
 }
 
-int kf_template_eval(const kf_kernel_desc *k, int width, const char *expr, int64_t *out, char *err,
-                     size_t errlen) {
-  launch_ctx lc = {k, width};
+int kf_template_eval(const kf_kernel_desc *k, int width, int mma, const char *expr, int64_t *out,
+                     char *err, size_t errlen) {
+  launch_ctx lc = {k, width, mma};
   kf_value v;
   if (kf_expr_eval(expr, launch_lookup, &lc, &v, err, errlen) != 0)
     return -1;
@@ -1034,12 +1039,15 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
   }
   if (m->nkernels > 1)
     qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
-  /* launch expressions must evaluate for every width; clusters must tile
-   * the grid and stay within the portable 8 blocks */
+  /* launch expressions must evaluate for every width, with MMA 0 and 1 (the
+   * arches come later, from the command line too); clusters must tile the
+   * grid and stay within the portable 8 blocks */
   for (size_t i = 0; i < m->nkernels && !L.errors; i++) {
     const kf_kernel_desc *k = &m->kernels[i];
     const kf_template *t = k->tmpl;
-    for (size_t w = 0; w < m->nwidths; w++) {
+    for (size_t wm = 0; wm < 2 * m->nwidths; wm++) {
+      const size_t w = wm / 2;
+      const int mma = (int)(wm % 2);
       const char *exprs[11] = {t->grid[0],    t->grid[1],      t->grid[2],          t->block[0],
                                t->block[1],   t->block[2],     t->cluster[0],       t->cluster[1],
                                t->cluster[2], t->shared_bytes, t->max_blocks_per_sm};
@@ -1047,7 +1055,7 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
       char err[256] = "";
       int bad = 0;
       for (int e = 0; e < 11 && !bad; e++) {
-        bad = kf_template_eval(k, m->widths[w], exprs[e], &v[e], err, sizeof err) != 0;
+        bad = kf_template_eval(k, m->widths[w], mma, exprs[e], &v[e], err, sizeof err) != 0;
         if (!bad && ((e < 9 && v[e] < 1) || v[e] < 0 || v[e] > INT32_MAX)) {
           snprintf(err, sizeof err, "\"%s\" gives %lld for width %d", exprs[e], (long long)v[e],
                    m->widths[w]);

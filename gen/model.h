@@ -87,9 +87,14 @@ typedef struct {
 kf_model *kf_model_load(const char *path, const kf_model_options *opt);
 void kf_model_free(kf_model *m);
 
-/* Evaluates a template's launch expression for one kernel and width. */
-int kf_template_eval(const kf_kernel_desc *k, int width, const char *expr, int64_t *out, char *err,
-                     size_t errlen);
+/* Evaluates a template's launch expression for one kernel and width, with
+ * W the width and MMA the given mma (kf_arch_has_mma of the arch). */
+int kf_template_eval(const kf_kernel_desc *k, int width, int mma, const char *expr, int64_t *out,
+                     char *err, size_t errlen);
+
+/* 1 for the arches whose template code takes the matrix-instruction path
+ * (NVIDIA sm_80 and later: KF_HAS_MMA_BF16 in kf_portability.cuh), else 0. */
+int kf_arch_has_mma(const char *arch);
 
 /* Arch names: returns 1 for a name kforge knows (sm_90a, gfx942:xnack-, …). */
 int kf_arch_known(const char *arch);

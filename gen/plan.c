@@ -99,23 +99,24 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
         in->rel_source = kf_xasprintf("%s/%s/%s_w%d.%s", m->name, in->arch, in->kernel->kind,
                                       in->width, kf_arch_is_hip(in->arch) ? "hip" : "cu");
         const kf_template *t = in->kernel->tmpl;
+        const int mma = kf_arch_has_mma(in->arch);
         char err[256];
         /* validated at load time, so these evaluate */
         for (int d = 0; d < 3; d++) {
-          kf_template_eval(in->kernel, in->width, t->grid[d], &in->grid[d], err, sizeof err);
-          kf_template_eval(in->kernel, in->width, t->block[d], &in->block[d], err, sizeof err);
+          kf_template_eval(in->kernel, in->width, mma, t->grid[d], &in->grid[d], err, sizeof err);
+          kf_template_eval(in->kernel, in->width, mma, t->block[d], &in->block[d], err, sizeof err);
         }
-        kf_template_eval(in->kernel, in->width, t->shared_bytes, &in->shared_bytes, err,
+        kf_template_eval(in->kernel, in->width, mma, t->shared_bytes, &in->shared_bytes, err,
                          sizeof err);
         in->programmatic = t->programmatic && arch_is_sm90_on(in->arch);
         in->one_wave = t->one_wave && !kf_arch_is_hip(in->arch);
         if (!kf_arch_is_hip(in->arch))
-          kf_template_eval(in->kernel, in->width, t->max_blocks_per_sm, &in->max_blocks_per_sm, err,
-                           sizeof err);
+          kf_template_eval(in->kernel, in->width, mma, t->max_blocks_per_sm, &in->max_blocks_per_sm,
+                           err, sizeof err);
         for (int d = 0; d < 3; d++) {
           in->cluster[d] = 1;
           if (arch_is_sm90_on(in->arch))
-            kf_template_eval(in->kernel, in->width, t->cluster[d], &in->cluster[d], err,
+            kf_template_eval(in->kernel, in->width, mma, t->cluster[d], &in->cluster[d], err,
                              sizeof err);
         }
         emit(in);

@@ -261,7 +261,8 @@ static void parse_resources(const char *out, cJSON *res) {
   long regs = -1, stack = 0, spill_st = 0, spill_ld = 0, smem = 0;
   /* ptxas -v: "Used 32 registers, used 1 barriers, 512 bytes smem" and
    * "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads";
-   * clang's resource remarks: "VGPRs: 32", "ScratchSize [bytes/lane]: 0".
+   * clang's resource remarks: "VGPRs: 32", "ScratchSize [bytes/lane]: 0",
+   * "LDS Size [bytes/block]: 512".
    * Values are taken only from complete matches at the start of a word. */
   for (const char *p = out; p && *p; p++) {
     if (p != out && p[-1] != ' ' && p[-1] != '\n' && p[-1] != ':')
@@ -283,6 +284,8 @@ static void parse_resources(const char *out, cJSON *res) {
       regs = strtol(p + 7, NULL, 10);
     else if (!strncmp(p, "ScratchSize [bytes/lane]: ", 26))
       stack = strtol(p + 26, NULL, 10);
+    else if (!strncmp(p, "LDS Size [bytes/block]: ", 24))
+      smem = strtol(p + 24, NULL, 10);
   }
   cJSON_AddNumberToObject(res, "registers", (double)regs);
   cJSON_AddNumberToObject(res, "stack_bytes", (double)stack);

@@ -17,7 +17,7 @@ KF_DEVICE float silu_mul(float gate, float up) { return gate / (1.0f + expf(-gat
 
 // Entry: grid [INTERMEDIATE / (16 - 8 HALF_TILES) * KSPLIT] in clusters of
 // [KSPLIT, 1, 1], block [256], shared_bytes
-// gemm_dyn_smem_bytes(gemm_long(K / KSPLIT, DEEP_RING), W).
+// gemm_dyn_smem_bytes(KF_USE_MMA, gemm_long(K / KSPLIT, DEEP_RING), W).
 // x [rows x K], w [2*INTERMEDIATE x K], out [rows x INTERMEDIATE].
 template <class P>
 KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *out, int rows) {

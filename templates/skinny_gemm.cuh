@@ -133,12 +133,14 @@ __host__ __device__ constexpr int gemm_x_ring_bytes(bool lng, int W) {
 }
 
 // Dynamic shared memory of one block at width W, as launch.shared_bytes of
-// skinny_gemm.json and gate_up_silu.json spells it (lng: the long path): on
-// the short path the weight ring is static and only the activation ring is
-// dynamic; on the long path the 64 KB weight ring comes first (the warps'
-// partial tiles reuse it), then the activation ring.
-__host__ __device__ constexpr int gemm_dyn_smem_bytes(bool lng, int W) {
-  return 65536 * lng + gemm_x_ring_bytes(lng, W);
+// skinny_gemm.json and gate_up_silu.json spells it (mma: the matrix-
+// instruction path, KF_USE_MMA, the schemas' MMA; lng: the long path). The
+// portable path uses none. On the short path the weight ring is static and
+// only the activation ring is dynamic; on the long path the 64 KB weight
+// ring comes first (the warps' partial tiles reuse it), then the activation
+// ring.
+__host__ __device__ constexpr int gemm_dyn_smem_bytes(bool mma, bool lng, int W) {
+  return mma ? 65536 * lng + gemm_x_ring_bytes(lng, W) : 0;
 }
 
 #if KF_USE_MMA
@@ -418,15 +420,15 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   for (int i = 0; i < NT; ++i)
     acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   float(*red)[NT][128];
-  // launch.shared_bytes == gemm_dyn_smem_bytes(kLong, W); a launch with less
+  // launch.shared_bytes == gemm_dyn_smem_bytes(true, kLong, W); a launch with less
   // would write past it
   extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
-  if (dynamic_smem_bytes() < (unsigned)gemm_dyn_smem_bytes(kLong, W))
+  if (dynamic_smem_bytes() < (unsigned)gemm_dyn_smem_bytes(true, kLong, W))
     __trap();
   // The activation ring, after the long path's weight ring.
   constexpr int kXRingAt = kLong ? 65536 : 0;
   vec8 *xring = reinterpret_cast<vec8 *>(kf_gemm_smem + kXRingAt);
-  static_assert(kXRingAt + gemm_x_ring_bytes(kLong, W) <= gemm_dyn_smem_bytes(kLong, W),
+  static_assert(kXRingAt + gemm_x_ring_bytes(kLong, W) <= gemm_dyn_smem_bytes(true, kLong, W),
                 "activation ring exceeds shared_bytes");
   if constexpr (kLong) {
     // The weight ring lives in dynamic shared memory; once every copy has
@@ -560,7 +562,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 }
 
 // Entry: grid [N / 16 * KSPLIT] in clusters of [KSPLIT, 1, 1], block [256],
-// shared_bytes gemm_dyn_smem_bytes(gemm_long(K / KSPLIT, DEEP_RING), W).
+// shared_bytes gemm_dyn_smem_bytes(KF_USE_MMA, gemm_long(K / KSPLIT, DEEP_RING), W).
 // x [rows x K], w [N x K], y [rows x N].
 template <class P>
 KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y, int rows) {

@@ -40,7 +40,8 @@ class ShippedKernels(unittest.TestCase):
 
     def build_all(self, arch=None):
         """Builds every shipped description (for arch instead of the arches
-        each names, when given); returns the metas of what the cache holds."""
+        each names, when given); returns the metas and the manifests of what
+        the cache holds."""
         work = tempfile.mkdtemp(prefix="kf-shipped-")
         self.addCleanup(shutil.rmtree, work, True)
         cache = os.path.join(work, "cache")
@@ -59,7 +60,11 @@ class ShippedKernels(unittest.TestCase):
             with open(p) as f:
                 metas.append(json.load(f))
         self.assertEqual(len(metas), want)
-        return metas
+        manifests = []
+        for p in glob.glob(os.path.join(cache, "v1", "manifests", "*", "*.json")):
+            with open(p) as f:
+                manifests.append(json.load(f))
+        return metas, manifests
 
     def assert_no_spills(self, metas, compiler):
         bad = []
@@ -73,7 +78,7 @@ class ShippedKernels(unittest.TestCase):
         self.assertEqual(bad, [], compiler + " spilled:\n" + "\n".join(sorted(bad)))
 
     def test_every_shipped_kernel_builds_for_its_arches_without_spills(self):
-        metas = self.build_all()
+        metas, _ = self.build_all()
         arches = {m["kernel_id"].rsplit("/", 1)[1] for m in metas}
         self.assertTrue({"sm_90a", "sm_100a"} <= arches, arches)
         self.assert_no_spills(metas, "ptxas")
@@ -83,10 +88,21 @@ class ShippedKernels(unittest.TestCase):
         """The HIP paths of the templates (no matrix instructions, 64-wide
         wavefronts) with the ROCm that Debian 12 ships (5.2, which has
         hip/hip_bfloat16.h but not hip/hip_bf16.h). Nothing runs them here."""
-        metas = self.build_all("gfx90a")
+        metas, manifests = self.build_all("gfx90a")
         self.assertEqual({m["kernel_id"].rsplit("/", 1)[1] for m in metas}, {"gfx90a"})
         self.assertTrue(all(m["object"].endswith(".hsaco") for m in metas))
         self.assert_no_spills(metas, "hipcc")
+        # a workgroup gets at most 64 KB of LDS, static and dynamic together
+        # (the runtime refuses more); the portable paths ask for no dynamic
+        static = {m["kernel_id"]: m["resources"]["shared_bytes"] for m in metas}
+        # clang's "LDS Size" remark is read: attention stages its merge there
+        self.assertGreater(static["qwen3-0.6b/decode_attention/w1/gfx90a"], 16384)
+        kernels = [k for man in manifests for k in man["kernels"]]
+        self.assertEqual(len(kernels), len(metas))
+        over = [f"{k['id']}: {static[k['id']]} + {k['launch']['shared_bytes']} B" for k in kernels
+                if static[k["id"]] + k["launch"]["shared_bytes"] > 65536]
+        self.assertEqual(over, [], "more LDS than a gfx90a workgroup has")
+        self.assertEqual({k["launch"]["shared_bytes"] for k in kernels}, {0})
 
 
 if __name__ == "__main__":

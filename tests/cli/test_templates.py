@@ -5,7 +5,8 @@ expression of their parameters; the kernels trap on the GPU when a launch gives
 less dynamic shared memory than gemm_dyn_smem_bytes (skinny_gemm.cuh) asks
 for. Here, with no GPU, a host program built from the header prints what the
 kernel asks for, and every parameter combination the schemas allow must get at
-least that, and no more (the extra would only cost occupancy).
+least that, and no more (the extra would only cost occupancy), on the
+matrix-instruction path (MMA 1) and on the portable one (MMA 0: none).
 """
 import json
 import os
@@ -22,13 +23,14 @@ PROBE = r"""
 #include "skinny_gemm.cuh"
 int main() {
   const int ks[] = {256, 1024, 1536, 4096, 8192, 12288, 14336};
-  for (int k : ks)
-    for (int ksplit = 1; ksplit <= 8; ksplit *= 2)
-      for (int deep = 0; deep <= 1; ++deep)
-        for (int w = 1; w <= 8; ++w)
-          if (k % (256 * ksplit) == 0)
-            std::printf("%d %d %d %d %d\n", k, ksplit, deep, w,
-                        kf::gemm_dyn_smem_bytes(kf::gemm_long(k / ksplit, deep != 0), w));
+  for (int mma = 0; mma <= 1; ++mma)
+    for (int k : ks)
+      for (int ksplit = 1; ksplit <= 8; ksplit *= 2)
+        for (int deep = 0; deep <= 1; ++deep)
+          for (int w = 1; w <= 8; ++w)
+            if (k % (256 * ksplit) == 0)
+              std::printf("%d %d %d %d %d %d\n", mma, k, ksplit, deep, w,
+                          kf::gemm_dyn_smem_bytes(mma != 0, kf::gemm_long(k / ksplit, deep != 0), w));
   return 0;
 }
 """
@@ -60,10 +62,13 @@ class GemmSharedBytes(unittest.TestCase):
         expr = schema["launch"]["shared_bytes"]
         self.assertIn("DEEP_RING", schema["params"])
         self.assertGreater(len(self.asked), 100)
-        for k, ksplit, deep, w, asked in self.asked:
-            got = schema_shared_bytes(expr, {"K": k, "KSPLIT": ksplit, "DEEP_RING": deep, "W": w})
-            self.assertEqual(got, asked, f"{schema_file}: K={k} KSPLIT={ksplit} DEEP_RING={deep} "
-                                         f"W={w}: launch.shared_bytes {got}, the kernel asks {asked}")
+        self.assertEqual({a[0] for a in self.asked}, {0, 1})
+        for mma, k, ksplit, deep, w, asked in self.asked:
+            got = schema_shared_bytes(expr, {"MMA": mma, "K": k, "KSPLIT": ksplit, "DEEP_RING": deep,
+                                             "W": w})
+            self.assertEqual(got, asked, f"{schema_file}: MMA={mma} K={k} KSPLIT={ksplit} "
+                                         f"DEEP_RING={deep} W={w}: launch.shared_bytes {got}, "
+                                         f"the kernel asks {asked}")
 
     def test_skinny_gemm_schema_gives_what_the_kernel_asks(self):
         self.check("skinny_gemm.json")
@@ -72,7 +77,9 @@ class GemmSharedBytes(unittest.TestCase):
         self.check("gate_up_silu.json")
 
     def test_deep_ring_is_the_long_path_at_any_k(self):
-        asked = {(k, s, d, w): v for k, s, d, w, v in self.asked}
+        asked = {(k, s, d, w): v for m, k, s, d, w, v in self.asked if m == 1}
+        # the portable path (HIP) takes none: AMD gives a workgroup 64 KB
+        self.assertEqual({v for m, *_, v in self.asked if m == 0}, {0})
         # K = 4096: short path (activation ring only) unless DEEP_RING
         self.assertEqual(asked[(4096, 1, 0, 1)], 4096 // 2)
         self.assertEqual(asked[(4096, 1, 1, 1)], 65536 + 4096)

@@ -618,7 +618,7 @@ KF_TEST(model__launch_expression_error_names_the_unknown_name) {
   free(err);
 }
 
-KF_TEST(model__template_eval_uses_params_and_width) {
+KF_TEST(model__template_eval_uses_params_width_and_mma) {
   fx_model_tree();
   char *desc = fx_desc_all("\"N\": 128, \"EPS\": 0.5, \"PAGE\": 16", NULL);
   kf_model *m = fx_load_desc("models/m.json", desc, NULL, NULL);
@@ -626,14 +626,27 @@ KF_TEST(model__template_eval_uses_params_and_width) {
   const kf_kernel_desc *k = kernel(m, "norm");
   int64_t v = 0;
   char err[256];
-  KF_CHECK(kf_template_eval(k, 8, "W * N + PAGE", &v, err, sizeof err) == 0);
+  KF_CHECK(kf_template_eval(k, 8, 1, "W * N + PAGE", &v, err, sizeof err) == 0);
   KF_CHECK(v == 8 * 128 + 16);
-  KF_CHECK(kf_template_eval(k, 8, "EPS * 2", &v, err, sizeof err) == -1);
+  KF_CHECK(kf_template_eval(k, 8, 1, "MMA * 100 + W", &v, err, sizeof err) == 0);
+  KF_CHECK(v == 108);
+  KF_CHECK(kf_template_eval(k, 8, 0, "MMA * 100 + W", &v, err, sizeof err) == 0);
+  KF_CHECK(v == 8);
+  KF_CHECK(kf_template_eval(k, 8, 1, "EPS * 2", &v, err, sizeof err) == -1);
   KF_CHECK_CONTAINS(err, "is not an integer");
-  KF_CHECK(kf_template_eval(k, 8, "hidden_size", &v, err, sizeof err) == -1);
+  KF_CHECK(kf_template_eval(k, 8, 1, "hidden_size", &v, err, sizeof err) == -1);
   KF_CHECK_CONTAINS(err, "unknown name 'hidden_size'"); /* shape fields are not in scope */
   kf_model_free(m);
   free(desc);
+}
+
+KF_TEST(model__arches_with_the_matrix_instruction_path) {
+  KF_CHECK(kf_arch_has_mma("sm_90a"));
+  KF_CHECK(kf_arch_has_mma("sm_100a"));
+  KF_CHECK(kf_arch_has_mma("sm_80"));
+  KF_CHECK(!kf_arch_has_mma("sm_75"));
+  KF_CHECK(!kf_arch_has_mma("gfx90a"));
+  KF_CHECK(!kf_arch_has_mma("gfx942:xnack-"));
 }
 
 KF_TEST_MAIN()

@@ -167,9 +167,12 @@ def symbol_for(kid):
     return "kf_" + re.sub(r"[^A-Za-z0-9]", "_", kid) + "_" + hashlib.sha256(kid.encode()).hexdigest()[:8]
 
 
-def launch_dims(schema, params, width):
+def launch_dims(schema, params, width, mma=1):
+    """mma: the MMA of launch expressions, 1 where the templates take the
+    matrix-instruction path (sm_80 and later, unless KF_FORCE_GENERIC)."""
     names = dict(params)
     names["W"] = width
+    names["MMA"] = mma
     lc = schema["launch"]
     grid = [int(evaluate(e, names)) for e in lc["grid"]]
     block = [int(evaluate(e, names)) for e in lc["block"]]
@@ -268,7 +271,8 @@ def build(models, arches, outdir, jobs=None, extra=(), overrides=None):
         results = list(ex.map(job, work))
     indexes = {}
     for (kid, src, cubin, arch, schema, params, w, d, kind), (_, res) in zip(work, results):
-        grid, block, shared, max_blocks, one_wave = launch_dims(schema, params, w)
+        mma = int("-DKF_FORCE_GENERIC" not in extra and int(re.match(r"sm_(\d+)", arch).group(1)) >= 80)
+        grid, block, shared, max_blocks, one_wave = launch_dims(schema, params, w, mma)
         indexes.setdefault(d, []).append({
             "id": kid, "kind": kind, "width": w, "symbol": symbol_for(kid),
             "object": os.path.basename(cubin),
