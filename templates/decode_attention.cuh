@@ -9,11 +9,12 @@
 //
 // Work split: grid [SPLITS, NUM_KV_HEADS, W], block 128 threads. A block owns
 // one (row, kv head) and a contiguous range of 16-token tiles: the row's
-// ceil(L / 16) tiles are cut into ranges of max(ceil(tiles / SPLITS), 4)
-// tiles, which depends on the row's own length L alone. K and V of the kv
+// ceil(L / 16) tiles are cut into ranges of max(ceil(tiles / SPLITS), NW)
+// tiles (NW = 128 / warp size: 4 warps on NVIDIA, 2 wavefronts of 64 on AMD
+// CDNA), which depends on the row's own length L alone. K and V of the kv
 // head are read once for all G query heads. Inside a block, warp w takes
-// tiles w, w + 4, ... and keeps an online softmax; the block merges its warps
-// in warp order. A row with one active range writes out directly; otherwise
+// tiles w, w + NW, ... and keeps an online softmax; the block merges its
+// warps in warp order. A row with one active range writes out directly; otherwise
 // each range writes (max, sum, unnormalised output) to `workspace` and the
 // block that arrives last on the (row, kv head) counter in `semaphores`
 // merges the ranges in range order and resets the counter to zero. So every

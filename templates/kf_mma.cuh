@@ -11,12 +11,15 @@
 // two instructions without any shuffle: see load_w16 and mma_k32 below.
 //
 // Everything here is NVIDIA-only (KF_USE_MMA); templates keep a portable path
-// beside each use.
+// beside each use. The lane layout above is that of 32-lane warps, so HIP
+// builds (64-lane wavefronts on CDNA) do not get these at all: a use outside
+// KF_USE_MMA is a compile error there, not a wrong result.
 #ifndef KF_MMA_CUH
 #define KF_MMA_CUH
 
 #include "kf_portability.cuh"
 
+#if !KF_VENDOR_HIP
 namespace kf {
 
 // c += A * B for one m16n8k16 tile.
@@ -119,5 +122,6 @@ KF_DEVICE void warp_gemm_tiles(float acc[NT][4], const kf_bf16 *w, const long lo
 }
 
 } // namespace kf
+#endif // !KF_VENDOR_HIP
 
 #endif // KF_MMA_CUH
