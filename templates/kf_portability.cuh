@@ -93,6 +93,8 @@ typedef __nv_bfloat16 kf_bf16;
 #else
 #define KF_WARP_SIZE 64
 #endif // wavefront size macros
+#elif defined(KF_EMU_WARP)
+#define KF_WARP_SIZE KF_EMU_WARP // host emulation of the portable paths (tests/emu)
 #else
 #define KF_WARP_SIZE 32
 #endif // KF_VENDOR_HIP

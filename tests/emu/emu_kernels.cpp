@@ -1,0 +1,364 @@
+// emu_kernels.cpp: the templates' portable paths (the code HIP builds: no
+// matrix instructions, KF_WARP_SIZE lanes) run on the host by emu.h, against
+// double-precision references, with warps of KF_EMU_WARP lanes (32 as on
+// NVIDIA, 64 as on AMD CDNA). No GPU, NVIDIA or AMD, is needed, so CI checks
+// what no machine here can run. Outputs are poisoned (0xdead) before a run;
+// pad rows must keep the poison.
+//
+// Usage: emu_kernels GROUP (norm, gemm, gate_up, rope, attention). Exit 0
+// when every check of the group holds and no shuffle read a missing lane.
+#include "emu.h"
+
+#include "add_rmsnorm.cuh"
+#include "decode_attention.cuh"
+#include "gate_up_silu.cuh"
+#include "rope_kv_write.cuh"
+#include "skinny_gemm.cuh"
+
+#include <algorithm>
+#include <cstdarg>
+#include <string>
+
+namespace {
+
+using bf16 = std::vector<uint16_t>; // bf16 bits on the host
+constexpr uint16_t kPoison = 0xdead;
+
+uint16_t to_bf16(float f) { // round to nearest even, as the kernels do
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return 0x7fc0;
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+double from_bf16(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint64_t rng = 0x9e3779b97f4a7c15ull;
+float uniform() { // in [-1, 1)
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((rng >> 40) / (double)(1 << 24)) * 2.f - 1.f;
+}
+
+bf16 random_bf16(size_t n, float scale = 1.f) {
+  bf16 v(n);
+  for (auto &x : v)
+    x = to_bf16(uniform() * scale);
+  return v;
+}
+
+kf_bf16 *dev(bf16 &v) { return reinterpret_cast<kf_bf16 *>(v.data()); }
+
+// Counts the values outside their tolerance and prints one line per check.
+struct Check {
+  std::string name;
+  double worst = 0;
+  long bad = 0, n = 0;
+
+  void near(double got, double want, double tol) {
+    ++n;
+    const double e = fabs(got - want);
+    worst = std::max(worst, e);
+    if (!(e <= tol) && bad++ < 5)
+      fprintf(stderr, "  %s: got %g, want %g\n", name.c_str(), got, want);
+  }
+  void same(long got, long want) { near((double)got, (double)want, 0); }
+  // |got - want| <= 0.01 + 0.01 |want|: bf16 output of an fp32 sum
+  void close(uint16_t got, double want) { near(from_bf16(got), want, 0.01 + 0.01 * fabs(want)); }
+};
+
+bool all_ok = true;
+
+void report(const Check &c) {
+  printf("%-64s %8ld values, worst error %-9.3g %s\n", c.name.c_str(), c.n, c.worst,
+         c.bad ? "FAILED" : "ok");
+  all_ok &= c.bad == 0 && c.n > 0;
+}
+
+std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char *fmt, ...) {
+  char buf[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+// ---- add_rmsnorm -----------------------------------------------------------
+template <int HIDDEN_, int W_> struct NormP {
+  static constexpr int HIDDEN = HIDDEN_, W = W_;
+  static constexpr float EPS = 1e-6f;
+};
+
+template <int HIDDEN, int W> void check_norm(int rows) {
+  bf16 x = random_bf16(W * HIDDEN), res = random_bf16(W * HIDDEN), w = random_bf16(HIDDEN);
+  bf16 out(W * HIDDEN, kPoison), res0 = res;
+  emu::launch({W, 1, 1}, {256, 1, 1}, [&] {
+    kf::add_rmsnorm_entry<NormP<HIDDEN, W>>(dev(x), dev(res), dev(w), dev(out), rows);
+  });
+  Check c{format("add_rmsnorm HIDDEN=%d W=%d rows=%d", HIDDEN, W, rows)};
+  for (int r = 0; r < W; ++r) {
+    std::vector<double> z(HIDDEN);
+    double ss = 0;
+    for (int i = 0; i < HIDDEN; ++i) {
+      z[i] = from_bf16(x[r * HIDDEN + i]) + from_bf16(res0[r * HIDDEN + i]);
+      ss += z[i] * z[i];
+    }
+    const double inv = 1.0 / sqrt(ss / HIDDEN + 1e-6);
+    for (int i = 0; i < HIDDEN; ++i) {
+      const int at = r * HIDDEN + i;
+      if (r < rows) {
+        c.same(res[at], to_bf16((float)z[i])); // the residual is stored rounded
+        c.close(out[at], z[i] * inv * from_bf16(w[i]));
+      } else {
+        c.same(out[at], kPoison);
+        c.same(res[at], res0[at]);
+      }
+    }
+  }
+  report(c);
+}
+
+// ---- skinny_gemm and gate_up_silu ------------------------------------------
+double dot(const bf16 &x, int xrow, const bf16 &w, long long wrow, int k) {
+  double s = 0;
+  for (int i = 0; i < k; ++i)
+    s += from_bf16(x[(size_t)xrow * k + i]) * from_bf16(w[(size_t)wrow * k + i]);
+  return s;
+}
+
+template <int N_, int K_, int W_, int KSPLIT_, int DEEP_RING_> struct GemmP {
+  static constexpr int N = N_, K = K_, W = W_, KSPLIT = KSPLIT_, DEEP_RING = DEEP_RING_;
+};
+
+template <int N, int K, int W, int KSPLIT, int DEEP_RING> void check_gemm(int rows) {
+  bf16 x = random_bf16(W * K), w = random_bf16((size_t)N * K, 0.1f), y(W * N, kPoison);
+  emu::launch({N / 16 * KSPLIT, 1, 1}, {256, 1, 1}, [&] {
+    kf::skinny_gemm_entry<GemmP<N, K, W, KSPLIT, DEEP_RING>>(dev(x), dev(w), dev(y), rows);
+  });
+  Check c{format("skinny_gemm N=%d K=%d W=%d KSPLIT=%d DEEP_RING=%d rows=%d", N, K, W, KSPLIT,
+                 DEEP_RING, rows)};
+  for (int r = 0; r < W; ++r)
+    for (int n = 0; n < N; ++n) {
+      if (r < rows)
+        c.close(y[r * N + n], dot(x, r, w, n, K));
+      else
+        c.same(y[r * N + n], kPoison);
+    }
+  report(c);
+}
+
+template <int I_, int K_, int W_, int HALF_TILES_, int KSPLIT_, int DEEP_RING_> struct GateUpP {
+  static constexpr int INTERMEDIATE = I_, K = K_, W = W_, HALF_TILES = HALF_TILES_,
+                       KSPLIT = KSPLIT_, DEEP_RING = DEEP_RING_;
+};
+
+template <int I, int K, int W, int HALF_TILES, int KSPLIT, int DEEP_RING>
+void check_gate_up(int rows) {
+  bf16 x = random_bf16(W * K), w = random_bf16((size_t)2 * I * K, 0.1f), y(W * I, kPoison);
+  emu::launch({I / (16 - 8 * HALF_TILES) * KSPLIT, 1, 1}, {256, 1, 1}, [&] {
+    kf::gate_up_silu_entry<GateUpP<I, K, W, HALF_TILES, KSPLIT, DEEP_RING>>(dev(x), dev(w), dev(y),
+                                                                            rows);
+  });
+  Check c{format("gate_up_silu I=%d K=%d W=%d HALF_TILES=%d KSPLIT=%d rows=%d", I, K, W, HALF_TILES,
+                 KSPLIT, rows)};
+  for (int r = 0; r < W; ++r)
+    for (int n = 0; n < I; ++n) {
+      const double g = dot(x, r, w, n, K), u = dot(x, r, w, I + n, K);
+      if (r < rows)
+        c.close(y[r * I + n], g / (1 + exp(-g)) * u);
+      else
+        c.same(y[r * I + n], kPoison);
+    }
+  report(c);
+}
+
+// ---- rope_kv_write and qknorm_rope_kv_write ----------------------------------
+template <int D, int HQ, int HKV, int W_> struct RopeP {
+  static constexpr int HEAD_DIM = D, NUM_Q_HEADS = HQ, NUM_KV_HEADS = HKV, PAGE_SIZE = 16, W = W_,
+                       ROPE_ORIGINAL_MAX_POS = 8192;
+  static constexpr double ROPE_THETA = 1e6, ROPE_SCALING_FACTOR = 1, ROPE_LOW_FREQ_FACTOR = 1,
+                          ROPE_HIGH_FREQ_FACTOR = 4;
+  static constexpr float EPS = 1e-6f;
+};
+
+// The block has (HQ + 2 HKV) * D / 8 threads: 24, 40 or 112 leave the last
+// warp short, at 32 lanes or 64.
+template <bool QK_NORM, int D, int HQ, int HKV, int W> void check_rope(int rows) {
+  using P = RopeP<D, HQ, HKV, W>;
+  constexpr int S = (HQ + 2 * HKV) * D, kPages = 8;
+  bf16 qkv = random_bf16(W * S), qn = random_bf16(D), kn = random_bf16(D);
+  bf16 q_out(W * HQ * D, kPoison), kc((size_t)kPages * 16 * HKV * D, kPoison), vc = kc;
+  std::vector<int> pos(W), slots(W);
+  for (int r = 0; r < W; ++r) {
+    pos[r] = 37 + 1000 * r;
+    slots[r] = 16 * (r + 1) + 3 * r;
+  }
+  emu::launch({W, 1, 1}, {(unsigned)(S / 8), 1, 1}, [&] {
+    if constexpr (QK_NORM)
+      kf::qknorm_rope_kv_write_entry<P>(dev(qkv), pos.data(), slots.data(), dev(qn), dev(kn),
+                                        dev(q_out), dev(kc), dev(vc), rows);
+    else
+      kf::rope_kv_write_entry<P>(dev(qkv), pos.data(), slots.data(), dev(q_out), dev(kc), dev(vc),
+                                 rows);
+  });
+  Check c{format("%s D=%d HQ=%d HKV=%d (%d threads) rows=%d",
+                 QK_NORM ? "qknorm_rope_kv_write" : "rope_kv_write", D, HQ, HKV, S / 8, rows)};
+  std::vector<bool> written(kc.size() * 2);
+  for (int r = 0; r < W; ++r)
+    for (int h = 0; h < HQ + 2 * HKV; ++h) {
+      const bool is_v = h >= HQ + HKV;
+      std::vector<double> v(D), o(D);
+      for (int i = 0; i < D; ++i)
+        v[i] = from_bf16(qkv[r * S + h * D + i]);
+      if (QK_NORM && !is_v) {
+        double ss = 0;
+        for (double a : v)
+          ss += a * a;
+        const double inv = 1 / sqrt(ss / D + 1e-6);
+        for (int i = 0; i < D; ++i)
+          v[i] = (float)((float)v[i] * inv) * from_bf16((h < HQ ? qn : kn)[i]);
+      }
+      o = v;
+      if (!is_v)
+        for (int i = 0; i < D / 2; ++i) { // neox: rotate (i, i + D/2)
+          const float ang = (float)pos[r] * (float)pow(1e6, -2.0 * i / D);
+          const double cs = cos((double)ang), sn = sin((double)ang);
+          o[i] = v[i] * cs - v[i + D / 2] * sn;
+          o[i + D / 2] = v[i + D / 2] * cs + v[i] * sn;
+        }
+      for (int i = 0; i < D; ++i) {
+        if (h < HQ) {
+          const size_t at = (size_t)(r * HQ + h) * D + i;
+          if (r < rows)
+            c.close(q_out[at], o[i]);
+          else
+            c.same(q_out[at], kPoison);
+        } else if (r < rows) {
+          const int kvh = is_v ? h - HQ - HKV : h - HQ;
+          const size_t at = ((size_t)slots[r] * HKV + kvh) * D + i;
+          c.close((is_v ? vc : kc)[at], o[i]);
+          written[at + (is_v ? kc.size() : 0)] = true;
+        }
+      }
+    }
+  for (size_t i = 0; i < kc.size(); ++i) { // pad rows and other slots stay poisoned
+    if (!written[i])
+      c.same(kc[i], kPoison);
+    if (!written[kc.size() + i])
+      c.same(vc[i], kPoison);
+  }
+  report(c);
+}
+
+// ---- decode_attention --------------------------------------------------------
+template <int D, int HQ, int HKV, int SPLITS_, int W_> struct AttnP {
+  static constexpr int HEAD_DIM = D, NUM_Q_HEADS = HQ, NUM_KV_HEADS = HKV, PAGE_SIZE = 16,
+                       SPLITS = SPLITS_, W = W_;
+};
+
+// Two launches on the same workspace and semaphores: the first must leave
+// the counters at zero for the second.
+template <int D, int HQ, int HKV, int SPLITS, int W>
+void check_attention(int rows, std::vector<int> lens) {
+  constexpr int G = HQ / HKV;
+  const int max_len = *std::max_element(lens.begin(), lens.end());
+  const int per_row = (max_len + 15) / 16 + 1, pages = W * per_row;
+  bf16 q = random_bf16(W * HQ * D), kc = random_bf16((size_t)pages * 16 * HKV * D),
+       vc = random_bf16((size_t)pages * 16 * HKV * D), out(W * HQ * D, kPoison);
+  std::vector<int> table(W * per_row);
+  for (int i = 0; i < W * per_row; ++i)
+    table[i] = (i * 7 + 3) % pages; // scattered pages
+  const int rec = G * D + 4 * ((G + 1) / 2);
+  std::vector<float> ws((size_t)W * HKV * SPLITS * rec, NAN);
+  std::vector<int> sem(W * HKV, 0);
+  for (int launch = 0; launch < 2; ++launch)
+    emu::launch({SPLITS, HKV, W}, {128, 1, 1}, [&] {
+      kf::decode_attention_entry<AttnP<D, HQ, HKV, SPLITS, W>>(
+          dev(q), dev(kc), dev(vc), table.data(), per_row, lens.data(), dev(out), ws.data(),
+          sem.data(), rows);
+    });
+  Check c{format("decode_attention D=%d G=%d HKV=%d SPLITS=%d W=%d rows=%d (longest %d)", D, G, HKV,
+                 SPLITS, W, rows, max_len)};
+  for (int s : sem)
+    c.same(s, 0);
+  for (int r = 0; r < W; ++r)
+    for (int hq = 0; hq < HQ; ++hq) {
+      const int kvh = hq / G, len = lens[r];
+      auto row_at = [&](int t) {
+        return (((size_t)table[r * per_row + t / 16] * 16 + t % 16) * HKV + kvh) * D;
+      };
+      std::vector<double> p(len);
+      double mx = -1e300, l = 0;
+      for (int t = 0; t < len; ++t) {
+        double s = 0;
+        for (int i = 0; i < D; ++i)
+          s += from_bf16(q[(r * HQ + hq) * D + i]) * from_bf16(kc[row_at(t) + i]);
+        p[t] = s / sqrt((double)D);
+        mx = std::max(mx, p[t]);
+      }
+      for (auto &s : p) {
+        s = exp(s - mx);
+        l += s;
+      }
+      for (int i = 0; i < D; ++i) {
+        double o = 0;
+        for (int t = 0; t < len; ++t)
+          o += p[t] * from_bf16(vc[row_at(t) + i]);
+        const size_t at = (size_t)(r * HQ + hq) * D + i;
+        if (r < rows)
+          c.close(out[at], len ? o / l : 0);
+        else
+          c.same(out[at], kPoison);
+      }
+    }
+  report(c);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const std::string group = argc > 1 ? argv[1] : "";
+  printf("warps of %d lanes (kf::kWarpSize %d)\n", KF_EMU_WARP, kf::kWarpSize);
+  if (kf::kWarpSize != KF_EMU_WARP)
+    return 2;
+  if (group == "norm") {
+    check_norm<1024, 4>(3);
+    check_norm<4096, 2>(2);
+    check_norm<2056, 2>(2); // HIDDEN not a multiple of 8 x 256
+    check_norm<8, 1>(1);
+  } else if (group == "gemm") {
+    check_gemm<32, 1024, 8, 1, 0>(5);
+    check_gemm<16, 256, 1, 1, 0>(1);
+    check_gemm<32, 512, 4, 2, 0>(4);
+    check_gemm<16, 1024, 3, 4, 1>(2);
+  } else if (group == "gate_up") {
+    check_gate_up<32, 512, 4, 0, 1, 1>(3);
+    check_gate_up<32, 512, 2, 1, 2, 0>(2);
+  } else if (group == "rope") {
+    check_rope<false, 128, 16, 8, 2>(2);
+    check_rope<true, 128, 16, 8, 2>(1);
+    check_rope<true, 64, 1, 1, 1>(1);
+    check_rope<true, 128, 5, 1, 1>(1);
+    check_rope<true, 256, 2, 1, 1>(1);
+    check_rope<false, 64, 3, 1, 1>(1);
+  } else if (group == "attention") {
+    check_attention<128, 4, 2, 4, 4>(3, {1, 17, 200, 33});
+    check_attention<64, 6, 2, 8, 2>(2, {300, 16});
+    check_attention<128, 8, 1, 16, 1>(1, {1100}); // records past the merge's first stage
+    check_attention<128, 8, 1, 32, 1>(1, {1100});
+    check_attention<64, 3, 1, 4, 2>(2, {0, 64});
+  } else {
+    fprintf(stderr, "usage: emu_kernels norm|gemm|gate_up|rope|attention\n");
+    return 2;
+  }
+  const long shuffle_errors = emu::errors;
+  printf("%s (%ld shuffle errors)\n", all_ok && !shuffle_errors ? "ok" : "FAILED", shuffle_errors);
+  return all_ok && !shuffle_errors ? 0 : 1;
+}
