@@ -256,7 +256,11 @@ int kf_cmd_import_hf(int argc, char **argv) {
   }
   if (missing)
     goto done;
-  char *models_dir = kf_path_dirname(fam_dir);
+  char *fam_trimmed = kf_xstrdup(fam_dir);
+  for (size_t n = strlen(fam_trimmed); n > 1 && fam_trimmed[n - 1] == '/'; n--)
+    fam_trimmed[n - 1] = '\0'; /* --families models/families/ */
+  char *models_dir = kf_path_dirname(fam_trimmed);
+  free(fam_trimmed);
   char *tuned_from = copy_tuning(models_dir, family, fam, shape);
   if (tuned_from)
     fprintf(stderr, "tuning fields from %s (same family and shape)\n", tuned_from);

@@ -260,7 +260,7 @@ class ImportHF(unittest.TestCase):
 
     def test_import_hf_takes_the_tuning_of_a_shipped_description_of_the_same_shape(self):
         w = Work(self, "hf-tuned", copy_shipped=True)
-        fams = ["--families", "shipped/models/families"]
+        fams = ["--families", "shipped/models/families/"]  # a trailing slash too
         shipped = w.load_json("shipped/models/qwen3-0.6b.json")
         keys = ("keys", "--templates", "shipped/templates", "--arch", "sm_90a")
         before = parse_keys(self, w.ok(*keys, "shipped/models/qwen3-0.6b.json", common=False).out)
