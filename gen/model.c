@@ -22,9 +22,11 @@ static const char *const known_arches[] = {
 
 int kf_arch_is_hip(const char *arch) { return strncmp(arch, "gfx", 3) == 0; }
 
-int kf_arch_has_mma(const char *arch) {
-  return strncmp(arch, "sm_", 3) == 0 && isdigit((unsigned char)arch[3]) && atoi(arch + 3) >= 80;
+int kf_arch_sm(const char *arch) {
+  return strncmp(arch, "sm_", 3) == 0 && isdigit((unsigned char)arch[3]) ? atoi(arch + 3) : 0;
 }
+
+int kf_arch_has_mma(const char *arch) { return kf_arch_sm(arch) >= 80; }
 
 int kf_arch_known(const char *arch) {
   size_t base = strcspn(arch, ":");
@@ -410,9 +412,14 @@ typedef struct {
 
 static int launch_lookup(void *ctx, const char *name, kf_value *out) {
   const launch_ctx *lc = ctx;
-  if (strcmp(name, "W") == 0 || strcmp(name, "MMA") == 0) {
+  if (strcmp(name, "W") == 0) {
     out->is_float = 0;
-    out->i = name[0] == 'W' ? lc->width : lc->mma;
+    out->i = lc->width;
+    return 0;
+  }
+  if (strcmp(name, "MMA") == 0) {
+    out->is_float = 0;
+    out->i = lc->mma;
     return 0;
   }
   for (size_t i = 0; i < lc->k->tmpl->nparams; i++) {

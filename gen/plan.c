@@ -74,9 +74,7 @@ static void emit(kf_instance *in) {
 
 /* Programmatic dependent launch (griddepcontrol) and thread-block clusters
  * exist from sm_90 on. */
-static int arch_is_sm90_on(const char *arch) {
-  return strncmp(arch, "sm_", 3) == 0 && isdigit((unsigned char)arch[3]) && atoi(arch + 3) >= 90;
-}
+static int arch_is_sm90_on(const char *arch) { return kf_arch_sm(arch) >= 90; }
 
 static int cmp_instance(const void *a, const void *b) {
   return strcmp(((const kf_instance *)a)->id, ((const kf_instance *)b)->id);

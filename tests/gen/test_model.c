@@ -647,6 +647,10 @@ KF_TEST(model__arches_with_the_matrix_instruction_path) {
   KF_CHECK(!kf_arch_has_mma("sm_75"));
   KF_CHECK(!kf_arch_has_mma("gfx90a"));
   KF_CHECK(!kf_arch_has_mma("gfx942:xnack-"));
+  KF_CHECK(kf_arch_sm("sm_90a") == 90);
+  KF_CHECK(kf_arch_sm("sm_100a") == 100);
+  KF_CHECK(kf_arch_sm("gfx90a") == 0);
+  KF_CHECK(kf_arch_sm("sm_x") == 0);
 }
 
 KF_TEST_MAIN()
