@@ -38,7 +38,7 @@ KF_DEVICE void add_rmsnorm_row(const kf_bf16 *x, kf_bf16 *residual, const kf_bf1
     if (kVecs % THREADS == 0 || v < kVecs) {
       wv[i] = load_shared_ro(weight + v * 8);
       float a[8], b[8];
-      unpack8(load_shared_ro(x + v * 8), a);
+      unpack8(load_vec(x + v * 8), a);
       unpack8(load_vec(residual + v * 8), b);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -57,7 +57,8 @@ KF_DEVICE void add_rmsnorm_row(const kf_bf16 *x, kf_bf16 *residual, const kf_bf1
       float w[8], o[8];
       unpack8(wv[i], w);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] = z[i][e] * inv_rms * w[e];
+      for (int e = 0; e < 8; ++e)
+        o[e] = z[i][e] * inv_rms * w[e];
       store_vec(out + v * 8, pack8(o));
     }
   }
@@ -72,10 +73,11 @@ KF_DEVICE void add_rmsnorm_entry(const kf_bf16 *x, kf_bf16 *residual, const kf_b
   grid_dep_launch();
   grid_dep_wait(); // x and residual come from the previous kernels
   const int row = (int)blockIdx.x;
-  if (row >= rows) return;
+  if (row >= rows)
+    return;
   const long long off = (long long)row * P::HIDDEN;
-  add_rmsnorm_row<P::HIDDEN, kAddRmsnormThreads>(x + off, residual + off, weight, out + off,
-                                                  P::EPS, scratch);
+  add_rmsnorm_row<P::HIDDEN, kAddRmsnormThreads>(x + off, residual + off, weight, out + off, P::EPS,
+                                                 scratch);
 }
 
 } // namespace kf

@@ -171,8 +171,7 @@ KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
   uint32_t qa[KJ][2][2];
 #pragma unroll
   for (int j = 0; j < KJ; ++j) {
-    const vec8 qv =
-        g < G ? load_shared_ro(q_head0 + (long long)g * D + 32 * j + 8 * t) : zero_vec();
+    const vec8 qv = g < G ? load_vec(q_head0 + (long long)g * D + 32 * j + 8 * t) : zero_vec();
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       qa[j][hf][0] = qv.w[2 * hf];

@@ -65,7 +65,7 @@ KF_DEVICE wtile16 load_w16(const kf_bf16 *lo, const kf_bf16 *hi, long long ld, i
 template <int W> KF_DEVICE vec8 load_x8(const kf_bf16 *x, long long ld, int k, int lane, int rows) {
   const int g = lane >> 2, t = lane & 3;
   const bool real = g < W && g < rows;
-  vec8 v = load_shared_ro(x + (real ? (long long)g * ld : 0) + k + 8 * t);
+  vec8 v = load_vec(x + (real ? (long long)g * ld : 0) + k + 8 * t);
   if (!real)
     v = zero_vec();
   return v;

@@ -146,13 +146,17 @@ KF_DEVICE vec8 load_stream(const void *p) {
   return v;
 }
 
-// load_stream for data the kernel before may write (KV cache rows in a
-// programmatic launch): volatile, with a memory clobber, so the compiler
-// keeps it after grid_dep_wait.
+// A load of data the kernel before may write (KV cache rows in a
+// programmatic launch), for after grid_dep_wait: volatile, with a memory
+// clobber, so the compiler keeps it after the wait, and coherent (no .nc):
+// ptxas treats ld.global.nc as reading memory nothing writes while the
+// kernel runs and may hoist it above griddepcontrol.wait (seen on sm_90a
+// with a GEMM variant: its activation loads and matrix instructions moved
+// ahead of the wait), which would read the data unwritten.
 KF_DEVICE vec8 load_stream_after_wait(const void *p) {
   vec8 v;
 #if KF_ARCH_IS_NVIDIA
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
                : "l"(p)
                : "memory");
@@ -162,10 +166,9 @@ KF_DEVICE vec8 load_stream_after_wait(const void *p) {
   return v;
 }
 
-// A load of data many blocks read (activations): cached at every level.
-// __ldg (ld.global.nc) rather than inline asm, so that the compiler knows it
-// reads memory and keeps it after grid_dep_wait: the activations come from
-// the kernel before, and a load hoisted above the wait reads them unwritten.
+// A load of constant data many blocks read (norm weights): cached at every
+// level, through the read-only path (ld.global.nc). Never for data a kernel
+// before this one writes (see load_stream_after_wait): use load_vec.
 KF_DEVICE vec8 load_shared_ro(const void *p) {
 #if KF_ARCH_IS_NVIDIA
   const uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
@@ -190,7 +193,11 @@ KF_DEVICE float load_coherent(const float *p) {
 #endif // KF_VENDOR_HIP
 }
 
-// A plain load, for data this thread may also write (a residual in place).
+// A plain load (ld.global): for data this thread may also write (a residual
+// in place), and for data the kernel before writes (activations, q), after
+// grid_dep_wait, which orders it (the pattern the CUDA guide gives for
+// programmatic launches) where an ld.global.nc may be hoisted above it (see
+// load_stream_after_wait).
 KF_DEVICE vec8 load_vec(const void *p) { return *reinterpret_cast<const vec8 *>(p); }
 
 // Four floats another block of this launch wrote (16-byte aligned).

@@ -39,7 +39,7 @@ KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, int position, long long slo
   const bool is_q = head < HQ, is_v = head >= HQ + HKV;
   const bool real = head < HQ + 2 * HKV; // whole groups only: never splits a warp's shuffles
   // Loads first, so that their latency overlaps the table's arithmetic.
-  const vec8 raw = real ? load_shared_ro(qkv + (long long)head * D + 8 * j) : zero_vec();
+  const vec8 raw = real ? load_vec(qkv + (long long)head * D + 8 * j) : zero_vec();
   vec8 wraw = zero_vec();
   if (QK_NORM && real)
     wraw = load_shared_ro((is_q ? q_norm_w : k_norm_w) + 8 * j);

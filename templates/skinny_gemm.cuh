@@ -413,8 +413,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   // The line ring holds the same bytes as the fragment ring: slots of 2 KB
   // per warp, half as many as 1 KB fragment steps.
   constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && KL % (64 * kWarps) == 0;
-  constexpr int kLineSlots = gemm_line_slots(kLong); // also what sizes the activation ring
-  constexpr int kSteps = KL / 32 / kWarps; // register path: contiguous 32-k steps per warp
+  constexpr int kLineSlots = gemm_line_slots(kLong);        // also what sizes the activation ring
+  [[maybe_unused]] constexpr int kSteps = KL / 32 / kWarps; // register path (KF_GEMM_ASYNC 0)
   float acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i)
@@ -514,7 +514,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       for (int r = 0; r < W; ++r) {
         if (r < rows) {
           float xf[8];
-          unpack8(load_shared_ro(x + (long long)r * K + c * 8), xf);
+          unpack8(load_vec(x + (long long)r * K + c * 8), xf);
 #pragma unroll
           for (int e = 0; e < 8; ++e)
             acc[r] = fmaf(wf[e], xf[e], acc[r]);
