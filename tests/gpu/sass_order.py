@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""sass_order: what each shipped kernel does before griddepcontrol.wait, in the
+machine code (SASS) ptxas emitted, against what its template may do there.
+
+Every shipped kernel is launched programmatically: it starts while the kernel
+before it still runs, and waits (griddepcontrol.wait, ACQBULK in SASS) before
+it touches what that kernel writes. The templates keep the order in their
+source, but ptxas schedules the machine code: it treats ld.global.nc as a read
+of memory nothing writes while the kernel runs, and has hoisted such loads
+above the wait (a GEMM variant on sm_90a: its activation loads and matrix
+instructions all ran ahead of it, docs/perf-notes.md v12). So this reads the
+SASS. Before the first ACQBULK a kernel may issue:
+  - the GEMMs (qkv_proj, o_proj, gate_up_proj, down_proj): their weight copies
+    (LDGSTS) and shared-memory reads, nothing else from global memory;
+  - decode_attention: 32-bit loads (seq_lens, page-table entries) and 128-bit
+    loads on the read-only, non-allocating path (LDG.E.NA.128.CONSTANT, the
+    older tokens' K and V through load_stream);
+  - the norms and rope_kv_write: no global load at all;
+and no kernel stores, atomics or matrix instructions there.
+
+Usage: sass_order.py CACHE            every sm_90 object of a kforge cache
+                                      (needs cuobjdump: the GPU machine)
+       sass_order.py --sass FILE KIND a SASS listing saved earlier
+Exit status 1 when a kernel breaks its rule (each named, with the
+instructions), 0 otherwise.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+ANYWHERE_FORBIDDEN = re.compile(r"^(STG|ST|ATOM|ATOMG|RED|REDG|HMMA|HGMMA)\b")
+
+
+def instructions(sass):
+    """The opcodes with modifiers and operands of a cuobjdump -sass listing,
+    predicates dropped, in program order."""
+    out = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        if m:
+            out.append(re.sub(r"^@!?U?P[T0-9]+\s+", "", m.group(1)))
+    return out
+
+
+def allowed_early(kind, ins):
+    """Whether instruction ins may run before the wait in a kernel of kind."""
+    op = ins.split()[0]
+    if ANYWHERE_FORBIDDEN.match(op):
+        return False
+    if not op.startswith("LDG") and not op.startswith("LD."):
+        return True  # arithmetic, shared memory, cp.async copies (LDGSTS) ...
+    if op.startswith("LDGSTS") or op.startswith("LDGDEPBAR"):  # cp.async and its commit
+        return kind in GEMMS
+    if kind == "decode_attention":
+        parts = op.split(".")
+        if not any(p in ("64", "128") for p in parts):
+            return "STRONG" not in parts  # seq_lens, page-table entries
+        return "NA" in parts and "CONSTANT" in parts  # older K and V
+    return False
+
+
+def check(kind, sass):
+    """Problems (strings) of one kernel's SASS; empty when it keeps its rule."""
+    ins = instructions(sass)
+    waits = [i for i, s in enumerate(ins) if s.startswith("ACQBULK")]
+    if not waits:
+        return ["no griddepcontrol.wait (ACQBULK) in a programmatic kernel"]
+    bad = [s for s in ins[:waits[0]] if not allowed_early(kind, s)]
+    return [f"before the wait: {s}" for s in bad]
+
+
+def kind_of(kernel_id):
+    return kernel_id.split("/")[1]
+
+
+def objects(cache):
+    root = os.path.join(cache, "v1", "objects")
+    for dp, _, fs in os.walk(root):
+        if "meta.json" in fs:
+            with open(os.path.join(dp, "meta.json")) as f:
+                meta = json.load(f)
+            if re.search(r"/sm_9\d", meta["kernel_id"]):
+                yield meta["kernel_id"], os.path.join(dp, meta["object"])
+
+
+def main(argv):
+    if len(argv) == 4 and argv[1] == "--sass":
+        with open(argv[2]) as f:
+            results = [(argv[2], check(argv[3], f.read()))]
+    elif len(argv) == 2:
+        results = []
+        for kid, obj in sorted(objects(argv[1])):
+            sass = subprocess.run(["cuobjdump", "-sass", obj], capture_output=True, text=True,
+                                  check=True).stdout
+            results.append((kid, check(kind_of(kid), sass)))
+        if not results:
+            print(f"sass_order: no sm_90 objects under {argv[1]}", file=sys.stderr)
+            return 2
+    else:
+        print(__doc__.split("\n\n")[-2], file=sys.stderr)
+        return 2
+    failed = [(k, p) for k, p in results if p]
+    for kid, problems in failed:
+        print(f"FAIL {kid}:")
+        for p in problems[:8]:
+            print(f"  {p}")
+    print(f"sass_order: {len(results)} kernels, {len(failed)} with work ahead of the wait "
+          "that their template does not allow")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
