@@ -30,10 +30,10 @@ KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *o
   constexpr int kRows = P::HALF_TILES ? kGemmTileRows / 2 : kGemmTileRows;
   const int n0 = (int)(blockIdx.x / P::KSPLIT) * kRows;
   const long long off[2] = {(long long)n0 * P::K, (long long)(P::INTERMEDIATE + n0) * P::K};
-  skinny_gemm_block<P::K, 2, P::W, kGemmThreads, P::HALF_TILES != 0, P::KSPLIT, P::DEEP_RING != 0>(
-      x, w, off, rows, [&](int wrow, int xrow, const float *v) {
-        store_bf16(out + (long long)xrow * P::INTERMEDIATE + n0 + wrow, silu_mul(v[0], v[1]));
-      });
+  skinny_gemm_block<P::K, 2, P::W, kGemmThreads, P::HALF_TILES != 0, P::KSPLIT, P::DEEP_RING != 0,
+                    P::LATE_SLOTS>(x, w, off, rows, [&](int wrow, int xrow, const float *v) {
+    store_bf16(out + (long long)xrow * P::INTERMEDIATE + n0 + wrow, silu_mul(v[0], v[1]));
+  });
 }
 
 } // namespace kf

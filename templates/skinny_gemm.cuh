@@ -230,7 +230,15 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const l
 // that they are in flight as long as the weights; those of the first P slots
 // are copied after grid_dep_wait, in P groups of their own, which keeps
 // async_wait<P - 1> right for every slot.
-template <int K, int LD, int NT, int P, int NW, int W, bool LONG, bool SPLIT = false>
+//
+// LATE (with the activation ring): the last LATE of the first P slots are
+// copied after grid_dep_wait instead of ahead of it, each behind its unit's
+// activations, in the same groups (the wait count is unchanged). The first
+// unit's activations then do not queue behind every weight the warp asked for
+// ahead of the wait: on the H200 that first round trip, which holds up the
+// ring's refills, cost Llama's o_proj 0.05 us at R = 1 and 0.45 us at R = 8
+// (docs/perf-notes.md v12). The schemas' LATE_SLOTS.
+template <int K, int LD, int NT, int P, int NW, int W, bool LONG, bool SPLIT = false, int LATE = 0>
 KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
                                      const long long (&hi)[NT], const kf_bf16 *x, int rows,
                                      vec8 *ring, vec8 *xring, int warp, int lane) {
@@ -290,8 +298,10 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
       }
     }
   };
+  static_assert(LATE >= 0 && LATE < P, "LATE: fewer than the ring's slots");
+  constexpr int PRE = KF_GEMM_X_RING ? P - LATE : P; // slots copied ahead of the wait
 #pragma unroll
-  for (int s = 0; s < P; ++s) {
+  for (int s = 0; s < PRE; ++s) {
     issue(s);
     async_commit();
   }
@@ -300,6 +310,8 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 #pragma unroll
     for (int s = 0; s < P; ++s) {
       issue_x(s);
+      if (s >= PRE)
+        issue(s);
       async_commit(); // one group per slot, empty or not: the wait count stays uniform
     }
   }
@@ -367,8 +379,10 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 //
 // DEEP: the long path (gemm_long) at any K: twice the weights in flight per
 // warp, from a 64 KB ring in dynamic shared memory (the schemas' DEEP_RING).
+// LATE: weight slots copied after the first activations (warp_gemm_tiles_lines;
+// the schemas' LATE_SLOTS).
 template <int K, int NTI, int W, int THREADS, bool HALVES = false, int KSPLIT = 1,
-          bool DEEP = false, class Epi>
+          bool DEEP = false, int LATE = 0, class Epi>
 KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
                                  const long long (&tile_off)[NTI], int rows, Epi epi) {
   static_assert(W >= 1 && W <= 8, "skinny_gemm serves widths 1..8");
@@ -441,7 +455,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
       if constexpr (kLines) {
         static_assert(kWarps * kLineSlots * 128 * 16 <= 65536, "line ring exceeds shared_bytes");
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES>(
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE>(
             acc, ws, lo, hi, xs, rows, ring, xring, warp, lane);
       } else {
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
@@ -461,7 +475,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_GEMM_ASYNC
       if constexpr (kLines) {
         __shared__ vec8 ring[kWarps * kLineSlots * 128];
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES>(
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE>(
             acc, ws, lo, hi, xs, rows, ring, xring, warp, lane);
       } else {
         __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
@@ -569,10 +583,10 @@ KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y,
   static_assert(P::N % kGemmTileRows == 0, "N must be a multiple of 16");
   const int n0 = (int)(blockIdx.x / P::KSPLIT) * kGemmTileRows;
   const long long off[1] = {(long long)n0 * P::K};
-  skinny_gemm_block<P::K, 1, P::W, kGemmThreads, false, P::KSPLIT, P::DEEP_RING != 0>(
-      x, w, off, rows, [&](int wrow, int xrow, const float *v) {
-        store_bf16(y + (long long)xrow * P::N + n0 + wrow, v[0]);
-      });
+  skinny_gemm_block<P::K, 1, P::W, kGemmThreads, false, P::KSPLIT, P::DEEP_RING != 0,
+                    P::LATE_SLOTS>(x, w, off, rows, [&](int wrow, int xrow, const float *v) {
+    store_bf16(y + (long long)xrow * P::N + n0 + wrow, v[0]);
+  });
 }
 
 } // namespace kf

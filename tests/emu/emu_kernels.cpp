@@ -135,6 +135,7 @@ double dot(const bf16 &x, int xrow, const bf16 &w, long long wrow, int k) {
 
 template <int N_, int K_, int W_, int KSPLIT_, int DEEP_RING_> struct GemmP {
   static constexpr int N = N_, K = K_, W = W_, KSPLIT = KSPLIT_, DEEP_RING = DEEP_RING_;
+  static constexpr int LATE_SLOTS = 1; // the ring's copy order: no effect on the portable path
 };
 
 template <int N, int K, int W, int KSPLIT, int DEEP_RING> void check_gemm(int rows) {
@@ -157,6 +158,7 @@ template <int N, int K, int W, int KSPLIT, int DEEP_RING> void check_gemm(int ro
 template <int I_, int K_, int W_, int HALF_TILES_, int KSPLIT_, int DEEP_RING_> struct GateUpP {
   static constexpr int INTERMEDIATE = I_, K = K_, W = W_, HALF_TILES = HALF_TILES_,
                        KSPLIT = KSPLIT_, DEEP_RING = DEEP_RING_;
+  static constexpr int LATE_SLOTS = 1; // the ring's copy order: no effect on the portable path
 };
 
 template <int I, int K, int W, int HALF_TILES, int KSPLIT, int DEEP_RING>
