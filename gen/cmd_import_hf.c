@@ -65,11 +65,17 @@ static cJSON *convert_value(const char *field, const cJSON *v) {
   return cJSON_Duplicate(v, 1);
 }
 
-/* The last component of path, less a trailing '/'. */
-static char *last_component(const char *path) {
+/* The length of path without its trailing '/'s (a lone "/" keeps its). */
+static size_t len_without_slashes(const char *path) {
   size_t len = strlen(path);
   while (len > 1 && path[len - 1] == '/')
     len--;
+  return len;
+}
+
+/* The last component of path, less a trailing '/'. */
+static char *last_component(const char *path) {
+  const size_t len = len_without_slashes(path);
   size_t start = len;
   while (start > 0 && path[start - 1] != '/')
     start--;
@@ -256,9 +262,7 @@ int kf_cmd_import_hf(int argc, char **argv) {
   }
   if (missing)
     goto done;
-  char *fam_trimmed = kf_xstrdup(fam_dir);
-  for (size_t n = strlen(fam_trimmed); n > 1 && fam_trimmed[n - 1] == '/'; n--)
-    fam_trimmed[n - 1] = '\0'; /* --families models/families/ */
+  char *fam_trimmed = kf_xstrndup(fam_dir, len_without_slashes(fam_dir)); /* models/families/ */
   char *models_dir = kf_path_dirname(fam_trimmed);
   free(fam_trimmed);
   char *tuned_from = copy_tuning(models_dir, family, fam, shape);
