@@ -130,14 +130,18 @@ struct alignas(16) vec8 {
 };
 
 // A load of data read once per launch (weights, KV cache): no L1 allocation,
-// so that activations re-read by many blocks keep their L1 lines. The
+// so that activations re-read by many blocks keep their L1 lines, and an L2
+// miss fetches the whole 128-byte line (.L2::128B), whose other half the
+// same warp's next instruction reads (decode attention's K and V rows: on the
+// H200 8K tokens 0.5-1.3% faster at every width, 32K with 4 rows 2.3-2.7%;
+// 256-byte fetches lost, docs/perf-notes.md v13). The
 // compiler sees no memory access in this asm and may move it across
 // grid_dep_wait: use it only for data no kernel before this one in the
 // stream writes (weights), or in kernels launched ordinarily.
 KF_DEVICE vec8 load_stream(const void *p) {
   vec8 v;
 #if KF_ARCH_IS_NVIDIA
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+  asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
       : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
       : "l"(p));
 #else
@@ -152,11 +156,12 @@ KF_DEVICE vec8 load_stream(const void *p) {
 // ptxas treats ld.global.nc as reading memory nothing writes while the
 // kernel runs and may hoist it above griddepcontrol.wait (seen on sm_90a
 // with a GEMM variant: its activation loads and matrix instructions moved
-// ahead of the wait), which would read the data unwritten.
+// ahead of the wait), which would read the data unwritten. Whole lines from
+// L2 as load_stream.
 KF_DEVICE vec8 load_stream_after_wait(const void *p) {
   vec8 v;
 #if KF_ARCH_IS_NVIDIA
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+  asm volatile("ld.global.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
                : "l"(p)
                : "memory");
