@@ -158,8 +158,15 @@ def load_model(path, overrides=None):
             if "min" in pspec and v < pspec["min"] or "max" in pspec and v > pspec["max"]:
                 raise Error(f"{kind}: {pname}={v} out of range")
             params[pname] = v
-        params.update((overrides or {}).get(kind, {}))
+        for pname, v in (overrides or {}).get(kind, {}).items():
+            if pname not in schema["params"]:
+                raise Error(f"{kind}: override of '{pname}', which template {k['template']} "
+                            f"does not have (it has {', '.join(schema['params'])})")
+            params[pname] = v
         out.append((kind, schema, params))
+    unknown = sorted(set(overrides or {}) - set(kernels))
+    if unknown:
+        raise Error(f"{path}: overrides for kinds the model does not have: {', '.join(unknown)}")
     return desc, out
 
 
@@ -235,14 +242,20 @@ def parse_resources(ptxas):
             "spill_loads": int(m.group(3)), "registers": int(r.group(1)) if r else -1}
 
 
-def build(models, arches, outdir, jobs=None, extra=(), overrides=None):
-    """Compiles every kernel of the models for the arches into outdir.
+def build(models, arches, outdir, jobs=None, extra=(), overrides=None, kinds=None):
+    """Compiles every kernel of the models for the arches into outdir (kinds:
+    only those).
 
     Writes outdir/<model>/<arch>/<kind>_w<W>.{cu,cubin} and
     outdir/<model>/<arch>/index.json. Returns [(kid, resources)]."""
     work = []
     for path in models:
         desc, kernels = load_model(path, overrides)
+        if kinds is not None:
+            missing = sorted(set(kinds) - {k[0] for k in kernels})
+            if missing:
+                raise Error(f"{path}: no kernel of kind {', '.join(missing)}")
+            kernels = [k for k in kernels if k[0] in kinds]
         for arch in arches:
             d = os.path.join(outdir, desc["name"], arch)
             os.makedirs(d, exist_ok=True)
@@ -453,20 +466,42 @@ class Runtime:
         raise NoKernelError(f"{rows} rows exceed the largest width {cands[-1]['width']} of '{kind}'")
 
 
-# ---- command line: python3 kf_direct.py check [outdir] ----------------------
+# ---- command line -------------------------------------------------------------
 def main(argv):
-    if len(argv) < 2 or argv[1] not in ("check", "build"):
-        print("usage: kf_direct.py check|build OUTDIR [--arch a,b] [models...]", file=sys.stderr)
+    """kf_direct.py check|build [OUTDIR] [options] [models...]: compiles the
+    models' kernels (default: every shipped model, sm_90a and sm_100a) and
+    prints each one's registers, stack and spills; exits 1 when any has a
+    stack frame or spills. Options make a tuning variant to time with
+    scripts/bench-ab: --kinds k,... (only those), --overrides JSON ({kind:
+    {PARAM: value}}), --flag F (an nvcc flag, repeatable), --templates DIR (a
+    copy of templates/)."""
+    import argparse
+    global TEMPLATES
+    ap = argparse.ArgumentParser(prog="kf_direct.py", description=main.__doc__.split(":", 1)[1])
+    ap.add_argument("command", choices=["check", "build"])
+    ap.add_argument("outdir", nargs="?", default="/tmp/kf-direct")
+    ap.add_argument("models", nargs="*")
+    ap.add_argument("--arch", default="sm_90a,sm_100a", help="comma-separated arches")
+    ap.add_argument("--kinds", help="comma-separated kernel kinds (default: all)")
+    ap.add_argument("--overrides", help='template parameters per kind, JSON: {"qkv_proj": {"LATE_SLOTS": 1}}')
+    ap.add_argument("--flag", action="append", default=[], help="an extra nvcc flag, e.g. -DKF_GEMM_CHUNK=2")
+    ap.add_argument("--templates", help="a templates directory to build from instead of templates/")
+    a = ap.parse_args(argv[1:])
+    if a.templates:
+        TEMPLATES = os.path.abspath(a.templates)
+    try:
+        overrides = json.loads(a.overrides) if a.overrides else None
+    except json.JSONDecodeError as e:
+        print(f"kf_direct.py: --overrides is not JSON: {e}", file=sys.stderr)
         return 2
-    outdir = argv[2] if len(argv) > 2 else "/tmp/kf-direct"
-    arches = ["sm_90a", "sm_100a"]
-    rest = argv[3:]
-    if rest and rest[0] == "--arch":
-        arches = rest[1].split(",")
-        rest = rest[2:]
-    models = rest or sorted(os.path.join(ROOT, "models", f) for f in os.listdir(os.path.join(ROOT, "models"))
-                            if f.endswith(".json"))
-    res = build(models, arches, outdir)
+    models = a.models or sorted(os.path.join(ROOT, "models", f) for f in os.listdir(os.path.join(ROOT, "models"))
+                                if f.endswith(".json"))
+    try:
+        res = build(models, a.arch.split(","), a.outdir, extra=a.flag, overrides=overrides,
+                    kinds=a.kinds.split(",") if a.kinds else None)
+    except Error as e:
+        print(f"kf_direct.py: {e}", file=sys.stderr)
+        return 2
     bad = 0
     for kid, r in sorted(res):
         flag = ""
