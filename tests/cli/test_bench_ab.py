@@ -102,7 +102,8 @@ class BenchAb(unittest.TestCase):
             cases = [([f"x={a}", f"y={d}/missing"], "no such build directory"),
                      ([f"x={a}", f"y={b}", "--parts", "layer"], "needs every kind"),
                      ([f"x={a}", f"y={b}", "--parts", "speed"], "--parts"),
-                     ([f"x={a}", f"y={b}", "--models", "llama-3.1-8b"], "not built in every build")]
+                     ([f"x={a}", f"y={b}", "--models", "llama-3.1-8b"], "not built in every build"),
+                     ([f"x={a}", f"y={b}", "--kinds", "o_proj"], "o_proj not a projection every build has")]
             for args, want in cases:
                 err = io.StringIO()
                 with redirect_stderr(err):
