@@ -82,6 +82,10 @@ KF_DEVICE void mma_k32(float acc[4], const wtile16 &w, const vec8 &x) {
 // activation row (0..7) of the 16x8 tile.
 KF_DEVICE int acc_wrow(int lane, int j) { return (lane >> 2) + ((j & 2) ? 8 : 0); }
 KF_DEVICE int acc_xrow(int lane, int j) { return 2 * (lane & 3) + (j & 1); }
+// The inverse: where weight row wrow, activation row xrow sits, as lane * 4 + j.
+KF_DEVICE int acc_index(int wrow, int xrow) {
+  return (((wrow & 7) << 2) | (xrow >> 1)) * 4 + ((wrow & 8) >> 2) + (xrow & 1);
+}
 
 // Warp building block: NT tiles of 16 weight rows (tile i starts at
 // w + tile_off[i]) times up to 8 activation rows, over k in [k0, k0 + 32*steps),

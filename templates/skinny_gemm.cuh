@@ -393,6 +393,12 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   static_assert(K % (8 * KSPLIT) == 0, "K must be a multiple of 8 * KSPLIT");
   constexpr int KL = K / KSPLIT; // one slice of K
   constexpr bool kCluster = KSPLIT > 1 && KF_HAS_CLUSTERS;
+  // The matrix-instruction path hands its sums to the epilogue straight
+  // from the warps' partial tiles, unless a cluster's blocks share them.
+  constexpr bool kDirect = KF_USE_MMA && !kCluster;
+  // HALVES: each half is an 8-row tile to the epilogue (v[0] row wrow, v[1]
+  // row 8 + wrow of the matrix tile).
+  constexpr int kOutRows = HALVES ? kGemmTileRows / 2 : kGemmTileRows;
   const int rank = KSPLIT > 1 ? cluster_rank_x(KSPLIT) : 0;
   if (KSPLIT > 1 && !kCluster && rank != 0) {
     grid_dep_wait(); // a block exits only after the previous kernel has
@@ -498,13 +504,36 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       red[warp][i][lane * 4 + j] = acc[i][j];
   }
   __syncthreads();
-  for (int e = tid; e < NT * 128; e += THREADS) {
-    const int i = e / 128, idx = e % 128;
-    float s = red[0][i][idx];
+  if constexpr (kDirect) {
+    // The whole tile is this block's: the thread of each output sums the
+    // warps' partials for it in warp order and hands it to the epilogue
+    // (threads of missing rows sum nothing), one block barrier fewer than
+    // the path through res below.
+    if (tid < kOutRows * 8) {
+      const int wrow = tid % kOutRows, xrow = tid / kOutRows;
+      if (xrow < W && xrow < rows) {
+        float v[NTI];
 #pragma unroll
-    for (int v = 1; v < kWarps; ++v)
-      s += red[v][i][idx];
-    res[i][acc_wrow(idx >> 2, idx & 3)][acc_xrow(idx >> 2, idx & 3)] = s;
+        for (int i = 0; i < NTI; ++i) {
+          const int t = HALVES ? 0 : i, idx = acc_index(HALVES ? wrow + 8 * i : wrow, xrow);
+          float s = red[0][t][idx];
+#pragma unroll
+          for (int u = 1; u < kWarps; ++u)
+            s += red[u][t][idx];
+          v[i] = s;
+        }
+        epi(wrow, xrow, v);
+      }
+    }
+  } else {
+    for (int e = tid; e < NT * 128; e += THREADS) {
+      const int i = e / 128, idx = e % 128;
+      float s = red[0][i][idx];
+#pragma unroll
+      for (int v = 1; v < kWarps; ++v)
+        s += red[v][i][idx];
+      res[i][acc_wrow(idx >> 2, idx & 3)][acc_xrow(idx >> 2, idx & 3)] = s;
+    }
   }
 #else
   // Portable path: one warp per weight row, lanes stride over K in 16-byte
@@ -543,34 +572,33 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
     }
   }
 #endif // KF_USE_MMA
-  __syncthreads();
-  if constexpr (kCluster) {
-    // Split K: the slices' partial tiles meet in block 0, in rank order.
-    cluster_sync(); // every block's res is written
-    if (rank == 0) {
-      float *mine = &res[0][0][0];
-      for (int e = tid; e < NT * kGemmTileRows * 8; e += THREADS) {
-        float s = mine[e];
-        for (int q = 1; q < KSPLIT; ++q)
-          s += cluster_shared(mine, q)[e];
-        mine[e] = s;
+  if constexpr (!kDirect) {
+    __syncthreads();
+    if constexpr (kCluster) {
+      // Split K: the slices' partial tiles meet in block 0, in rank order.
+      cluster_sync(); // every block's res is written
+      if (rank == 0) {
+        float *mine = &res[0][0][0];
+        for (int e = tid; e < NT * kGemmTileRows * 8; e += THREADS) {
+          float s = mine[e];
+          for (int q = 1; q < KSPLIT; ++q)
+            s += cluster_shared(mine, q)[e];
+          mine[e] = s;
+        }
       }
+      cluster_sync(); // block 0 is done with the others' res (they may exit)
+      if (rank != 0)
+        return;
     }
-    cluster_sync(); // block 0 is done with the others' res (they may exit)
-    if (rank != 0)
-      return;
-  }
-  // HALVES: each half is an 8-row tile to the epilogue (v[0] row wrow, v[1]
-  // row 8 + wrow of the matrix tile).
-  constexpr int kOutRows = HALVES ? kGemmTileRows / 2 : kGemmTileRows;
-  if (tid < kOutRows * 8) {
-    const int wrow = tid % kOutRows, xrow = tid / kOutRows;
-    if (xrow < W && xrow < rows) {
-      float v[NTI];
+    if (tid < kOutRows * 8) {
+      const int wrow = tid % kOutRows, xrow = tid / kOutRows;
+      if (xrow < W && xrow < rows) {
+        float v[NTI];
 #pragma unroll
-      for (int i = 0; i < NTI; ++i)
-        v[i] = HALVES ? res[0][wrow + 8 * i][xrow] : res[i][wrow][xrow];
-      epi(wrow, xrow, v);
+        for (int i = 0; i < NTI; ++i)
+          v[i] = HALVES ? res[0][wrow + 8 * i][xrow] : res[i][wrow][xrow];
+        epi(wrow, xrow, v);
+      }
     }
   }
 }
