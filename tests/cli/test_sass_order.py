@@ -28,7 +28,8 @@ GEMM_HOISTED = listing("LDG.E.NA.128.CONSTANT R4, desc[UR6][R4.64]",
                        "LDG.E.128.CONSTANT R12, desc[UR6][R12.64]",
                        "HMMA.16816.F32.BF16 R28, R28, R12, RZ", "ACQBULK", "EXIT")
 ATTN_OK = listing("LDG.E R3, desc[UR6][R2.64]", "@!P0 LDG.E R5, desc[UR6][R4.64]",
-                  "@P1 LDG.E.NA.128.CONSTANT R8, desc[UR6][R6.64]", "ACQBULK",
+                  "@P1 LDG.E.NA.128.CONSTANT R8, desc[UR6][R6.64]",
+                  "@P1 LDG.E.NA.LTC128B.128.CONSTANT R16, desc[UR6][R6.64+0x40]", "ACQBULK",
                   "LDG.E.128 R12, desc[UR6][R10.64]", "HMMA.16816.F32.BF16 R20, R12, R8, RZ", "EXIT")
 
 
