@@ -423,6 +423,20 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   grid_dep_wait(); // the register-load and portable paths fetch nothing ahead
 #endif
   const int tid = (int)threadIdx.x;
+  // The thread of each real output (weight row wrow, activation row xrow)
+  // hands it to the epilogue; value(wrow, xrow, i) is tile i's sum.
+  [[maybe_unused]] auto emit_outputs = [&](auto value) {
+    if (tid < kOutRows * 8) {
+      const int wrow = tid % kOutRows, xrow = tid / kOutRows;
+      if (xrow < W && xrow < rows) {
+        float v[NTI];
+#pragma unroll
+        for (int i = 0; i < NTI; ++i)
+          v[i] = value(wrow, xrow, i);
+        epi(wrow, xrow, v);
+      }
+    }
+  };
   const int lane = lane_id(), warp = warp_id();
 #if KF_USE_MMA
   constexpr int kWarps = THREADS / 32;
@@ -509,22 +523,14 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
     // warps' partials for it in warp order and hands it to the epilogue
     // (threads of missing rows sum nothing), one block barrier fewer than
     // the path through res below.
-    if (tid < kOutRows * 8) {
-      const int wrow = tid % kOutRows, xrow = tid / kOutRows;
-      if (xrow < W && xrow < rows) {
-        float v[NTI];
+    emit_outputs([&](int wrow, int xrow, int i) {
+      const int t = HALVES ? 0 : i, idx = acc_index(HALVES ? wrow + 8 * i : wrow, xrow);
+      float s = red[0][t][idx];
 #pragma unroll
-        for (int i = 0; i < NTI; ++i) {
-          const int t = HALVES ? 0 : i, idx = acc_index(HALVES ? wrow + 8 * i : wrow, xrow);
-          float s = red[0][t][idx];
-#pragma unroll
-          for (int u = 1; u < kWarps; ++u)
-            s += red[u][t][idx];
-          v[i] = s;
-        }
-        epi(wrow, xrow, v);
-      }
-    }
+      for (int u = 1; u < kWarps; ++u)
+        s += red[u][t][idx];
+      return s;
+    });
   } else {
     for (int e = tid; e < NT * 128; e += THREADS) {
       const int i = e / 128, idx = e % 128;
@@ -590,16 +596,9 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       if (rank != 0)
         return;
     }
-    if (tid < kOutRows * 8) {
-      const int wrow = tid % kOutRows, xrow = tid / kOutRows;
-      if (xrow < W && xrow < rows) {
-        float v[NTI];
-#pragma unroll
-        for (int i = 0; i < NTI; ++i)
-          v[i] = HALVES ? res[0][wrow + 8 * i][xrow] : res[i][wrow][xrow];
-        epi(wrow, xrow, v);
-      }
-    }
+    emit_outputs([&](int wrow, int xrow, int i) {
+      return HALVES ? res[0][wrow + 8 * i][xrow] : res[i][wrow][xrow];
+    });
   }
 }
 
