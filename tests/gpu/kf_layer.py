@@ -319,9 +319,11 @@ class PagedKV:
 
 def attention_scratch(s, width, splits=None):
     """decode_attention's workspace (exactly the documented size, or sized for
-    `splits` ranges) and zeroed semaphores."""
+    `splits` ranges), poisoned with NaN so that a record the kernel reads
+    without having written it shows (memory from the caching allocator may
+    hold another build's identical records), and zeroed semaphores."""
     n = s.workspace_floats(width, splits)
-    ws = torch.empty(max(n, 1), dtype=torch.float32, device="cuda")
+    ws = torch.full((max(n, 1),), float("nan"), dtype=torch.float32, device="cuda")
     sem = torch.zeros(width * s.hkv, dtype=torch.int32, device="cuda")
     return ws, sem
 
