@@ -7,18 +7,21 @@
 // block_tables[r * block_table_stride + token / PAGE_SIZE] in the caches
 // [pages, PAGE_SIZE, NUM_KV_HEADS, HEAD_DIM]. G = NUM_Q_HEADS / NUM_KV_HEADS.
 //
-// Work split: grid [SPLITS, NUM_KV_HEADS, W], block 128 threads. A block owns
-// one (row, kv head) and a contiguous range of 16-token tiles: the row's
-// ceil(L / 16) tiles are cut into ranges of max(ceil(tiles / SPLITS), NW)
-// tiles (NW = 128 / warp size: 4 warps on NVIDIA, 2 wavefronts of 64 on AMD
-// CDNA), which depends on the row's own length L alone. K and V of the kv
-// head are read once for all G query heads. Inside a block, warp w takes
-// tiles w, w + NW, ... and keeps an online softmax; the block merges its
-// warps in warp order. A row with one active range writes out directly; otherwise
-// each range writes (max, sum, unnormalised output) to `workspace` and the
-// block that arrives last on the (row, kv head) counter in `semaphores`
-// merges the ranges in range order and resets the counter to zero. So every
-// reduction order is a function of (L, SPLITS) only: batch invariant, and
+// Work split: grid [ceil(SPLITS / W), NUM_KV_HEADS, W], block 128 threads.
+// The row's ceil(L / 16) tiles of 16 tokens are cut into ranges of
+// max(ceil(tiles / SPLITS), NW) tiles (NW = 128 / warp size: 4 warps on
+// NVIDIA, 2 wavefronts of 64 on AMD CDNA), which depends on the row's own
+// length L alone. A block owns one (row, kv head) and attends its ranges
+// x, x + gridDim.x, ... one after the other (one range at width 1, up to W
+// wider, so that every width launches about SPLITS * NUM_KV_HEADS blocks of
+// longer streams). K and V of the kv head are read once for all G query
+// heads. In a range, warp w takes tiles w, w + NW, ... and keeps an online
+// softmax; the block merges its warps in warp order. A row with one range
+// writes out directly; otherwise each range writes (max, sum, unnormalised
+// output) to `workspace` and the block that arrives last on the (row, kv
+// head) counter in `semaphores` merges the ranges in range order and resets
+// the counter to zero. So every reduction order is a function of (L,
+// SPLITS) only, whichever block attends a range: batch invariant, and
 // deterministic.
 //
 // Buffers the caller provides:
@@ -47,11 +50,15 @@ constexpr int kAttnTile = 16;     // tokens per tile
 
 // One warp's running softmax state for the G query heads of a kv head, in a
 // form both code paths produce: per head the running max m (log2 units), the
-// running sum l and the unnormalised output o[HEAD_DIM].
+// running sum l and the unnormalised output o[HEAD_DIM]. o's rows are
+// padded by 4 floats: the matrix path stores a lane's 8 consecutive dims of
+// a head as two float4, which rows HEAD_DIM apart would put on the same
+// banks for the 4 lanes of a group (8-way conflicts before, v15).
 template <int G, int D, int NW> struct attn_partials {
+  static constexpr int kRow = D + 4;
   float m[NW][G];
   float l[NW][G];
-  float o[NW][G][D];
+  __align__(16) float o[NW][G][kRow];
 };
 
 // Cache row (token `tok` of the row, kv head h), given the row's page table.
@@ -64,18 +71,17 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // Tuning knob: launches of width <= KF_ATTN_TWO_TILES_MAX_W keep two tiles
 // of K and V per warp in registers: the next tile's loads go out before the
 // current tile's arithmetic, and both of a warp's first tiles are read ahead
-// of grid_dep_wait (twice the bytes in flight, about 220 registers instead of
-// 170). Width 1 is capped at 2 blocks per SM anyway (launch.one_wave), so
-// the registers cost it no blocks; from width 2 they cost the third block
-// per SM. Measured on the H200 (docs/perf-notes.md, v9 and v11): width 1,
-// 8K tokens 47-52 -> 49-56% of the read ceiling, 32K 75-79 -> 77-81%; width
-// 2 (512 blocks: 1.3 waves of 3 per SM, 1.9 of 2), 32K 74-77 -> 83-84%, 128K
-// 80-82 -> 92-94%; width 4, 8K 68-72 -> 64-68%; width 8, 8K 74-77 -> 68-73%.
-// Only on sm_90: for sm_100a ptxas needs 255 registers and still spills, and
-// no sm_100 GPU has measured it.
+// of grid_dep_wait (twice the bytes in flight, about 224 registers instead
+// of 180). Width 1 is capped at 2 blocks per SM anyway (launch.one_wave), so
+// the registers cost it no blocks. Measured on the H200 (docs/perf-notes.md,
+// v9 and v11): width 1, 8K tokens 47-52 -> 49-56% of the read ceiling, 32K
+// 75-79 -> 77-81%. Wider launches, whose blocks attend several ranges, take
+// one tile: with two, the loop that crosses ranges needs more than 255
+// registers and spills (v15). Only on sm_90: for sm_100a ptxas needs 255
+// registers and still spills, and no sm_100 GPU has measured it.
 #ifndef KF_ATTN_TWO_TILES_MAX_W
 #if KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900 && KF_ARCH_CODE < 1000
-#define KF_ATTN_TWO_TILES_MAX_W 2
+#define KF_ATTN_TWO_TILES_MAX_W 1
 #else
 #define KF_ATTN_TWO_TILES_MAX_W 0
 #endif
@@ -140,66 +146,51 @@ KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16
   }
 }
 
-// Warp building block (matrix instructions): attend tiles first, first + step,
-// ... < end_tile of one row and kv head, and leave the state in part[warp].
-// q rows are the G query heads (q_head0 points at the first, HEAD_DIM apart).
-// have_first: `first` already holds tile first_tile (read ahead of
-// grid_dep_wait); else the warp loads it here. TWO: the warp keeps the next
-// tile in flight while it works on one; have_second: `second` already holds
-// tile first_tile + step (read ahead too).
+// Warp building block (matrix instructions): one warp's online softmax over
+// 16-token tiles of one row and kv head, for the G query heads (q_head0
+// points at the first, HEAD_DIM apart). reset() starts a range, attend()
+// takes the next tile of it, store() leaves the range's state in part[warp].
 //
 // S^T = Q K^T runs as m16n8k16 with the heads as M (G of 16 rows used) and 8
 // tokens as N; its accumulator layout (head g, tokens 2t, 2t+1) is exactly
 // the B fragment of the next product O^T = V^T P^T (M = head-dim rows, N =
 // heads), so P never leaves registers. V^T fragments are built from 16-byte
 // row loads with byte permutes.
-template <int D, int G, int HKV, int PAGE_SIZE, int NW, bool TWO>
-KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
-                                const kf_bf16 *v_cache, const int *page_row, int kv_head, int len,
-                                int first_tile, int end_tile, int step, float scale_log2,
-                                const kv_tile<D> &first, bool have_first, const kv_tile<D> &second,
-                                bool have_second, attn_partials<G, D, NW> &part, int warp,
-                                int lane) {
+template <int D, int G> struct warp_softmax_mma {
   static_assert(D % 64 == 0, "HEAD_DIM must be a multiple of 64");
   static_assert(G >= 1 && G <= 8, "at most 8 query heads per kv head");
-  constexpr int KJ = D / 32; // 16-byte K loads per token row per lane
-  constexpr int VH = D / 64; // 16-byte V loads per token per lane
-  constexpr int MT = D / 16; // O^T m-tiles
-  const int g = lane >> 2, t = lane & 3;
+  static constexpr int KJ = D / 32; // 16-byte K loads per token row per lane
+  static constexpr int VH = D / 64; // 16-byte V loads per token per lane
+  static constexpr int MT = D / 16; // O^T m-tiles
 
-  // Q as the A operand: rows g < G are heads, the rest zero.
-  uint32_t qa[KJ][2][2];
+  uint32_t qa[KJ][2][2]; // Q as the A operand: rows g < G are heads, the rest zero
+  float m_run, l_run;
+  float o[MT][4];
+
+  KF_DEVICE void load_q(const kf_bf16 *q_head0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int j = 0; j < KJ; ++j) {
-    const vec8 qv = g < G ? load_vec(q_head0 + (long long)g * D + 32 * j + 8 * t) : zero_vec();
+    for (int j = 0; j < KJ; ++j) {
+      const vec8 qv = g < G ? load_vec(q_head0 + (long long)g * D + 32 * j + 8 * t) : zero_vec();
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      qa[j][hf][0] = qv.w[2 * hf];
-      qa[j][hf][1] = qv.w[2 * hf + 1];
+      for (int hf = 0; hf < 2; ++hf) {
+        qa[j][hf][0] = qv.w[2 * hf];
+        qa[j][hf][1] = qv.w[2 * hf + 1];
+      }
     }
   }
 
-  float m_run = -INFINITY, l_run = 0.f;
-  float o[MT][4];
+  KF_DEVICE void reset() {
+    m_run = -INFINITY;
+    l_run = 0.f;
 #pragma unroll
-  for (int i = 0; i < MT; ++i)
-    o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    for (int i = 0; i < MT; ++i)
+      o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  }
 
-  // Page numbers are read a tile ahead of the loads that need them.
-  auto page_of = [&](int tile) {
-    return tile < end_tile ? page_row[tile * kAttnTile / PAGE_SIZE] : 0;
-  };
-  kv_tile<D> cur = first, nxt = second;
-  if (!have_first && first_tile < end_tile)
-    load_kv_tile<D, HKV, PAGE_SIZE>(cur, k_cache, v_cache, page_of(first_tile), kv_head, len,
-                                    first_tile, lane);
-  int page_next = page_of(first_tile + step);
-  for (int tile = first_tile; tile < end_tile; tile += step) {
-    const int tok0 = tile * kAttnTile;
-    const int next = tile + step;
-    const int page_after = page_of(next + step);
-    if (TWO && next < end_tile && !(have_second && tile == first_tile))
-      load_kv_tile<D, HKV, PAGE_SIZE>(nxt, k_cache, v_cache, page_next, kv_head, len, next, lane);
+  // The tile of tokens tok0 .. tok0 + 15 (those >= len masked).
+  KF_DEVICE void attend(const kv_tile<D> &cur, int tok0, int len, float scale_log2, int lane) {
+    const int t = lane & 3;
     const vec8(&kv)[2][KJ] = cur.k;
     const vec8(&vv)[4][VH] = cur.v;
 
@@ -270,39 +261,40 @@ KF_DEVICE void attend_tiles_mma(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
         mma_bf16_16816(o[hh * 4 + pp], a0, a1, a2, a3, b0, b1);
       }
     }
-    if (TWO)
-      cur = nxt;
-    else if (next < end_tile)
-      load_kv_tile<D, HKV, PAGE_SIZE>(cur, k_cache, v_cache, page_next, kv_head, len, next, lane);
-    page_next = page_after;
   }
 
-  const float l_sum = group_sum<4>(l_run);
-  if (t == 0 && g < G) {
-    part.m[warp][g] = m_run;
-    part.l[warp][g] = l_sum;
-  }
+  template <int NW> KF_DEVICE void store(attn_partials<G, D, NW> &part, int warp, int lane) const {
+    const int g = lane >> 2, t = lane & 3;
+    const float l_sum = group_sum<4>(l_run);
+    if (t == 0 && g < G) {
+      part.m[warp][g] = m_run;
+      part.l[warp][g] = l_sum;
+    }
+    // The lane holds dims 64 hh + 8 g + 0..7 of heads 2t (c[0], c[2] of
+    // each pp) and 2t + 1 (c[1], c[3]).
 #pragma unroll
-  for (int hh = 0; hh < VH; ++hh) {
+    for (int hh = 0; hh < VH; ++hh) {
+      const int d = 64 * hh + 8 * g;
 #pragma unroll
-    for (int pp = 0; pp < 4; ++pp) {
-      const int d = 64 * hh + 8 * g + 2 * pp;
-      const float *c = o[hh * 4 + pp];
-      if (2 * t < G) {
-        part.o[warp][2 * t][d] = c[0];
-        part.o[warp][2 * t][d + 1] = c[2];
-      }
-      if (2 * t + 1 < G) {
-        part.o[warp][2 * t + 1][d] = c[1];
-        part.o[warp][2 * t + 1][d + 1] = c[3];
+      for (int e = 0; e < 2; ++e) {
+        const int h = 2 * t + e;
+        if (h < G) {
+          const float *c0 = o[hh * 4], *c1 = o[hh * 4 + 1], *c2 = o[hh * 4 + 2],
+                      *c3 = o[hh * 4 + 3];
+          float4 *dst = reinterpret_cast<float4 *>(&part.o[warp][h][d]);
+          dst[0] = make_float4(c0[e], c0[e + 2], c1[e], c1[e + 2]);
+          dst[1] = make_float4(c2[e], c2[e + 2], c3[e], c3[e + 2]);
+        }
       }
     }
   }
-}
+};
 #endif // KF_USE_MMA
 
-// Warp building block (portable): the same contract as attend_tiles_mma,
-// one token at a time, lanes striding over the head dimension.
+// Warp building block (portable): attend tiles first, first + step, ... <
+// end_tile of one row and kv head, one token at a time, lanes striding over
+// the head dimension, and leave the state in part[warp] (as
+// warp_softmax_mma's store does).
 template <int D, int G, int HKV, int PAGE_SIZE, int NW>
 KF_DEVICE void attend_tiles_generic(const kf_bf16 *q_head0, const kf_bf16 *k_cache,
                                     const kf_bf16 *v_cache, const int *page_row, int kv_head,
@@ -500,9 +492,10 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   __shared__ attn_partials<G, D, NW> part;
   // The merge's stage: as many whole records as fit beside the rest of the
   // block's static shared memory, below 48 KB (18 of 32 ranges for 4 heads).
-  // Width 8 runs 3 blocks per SM and needs the ~90 KB of L1 this leaves:
-  // every record in one 66.5 KB stage cost it 15 points, a smaller stage
-  // gained nothing (docs/perf-notes.md, v9 runs 8-11).
+  // Its size is part of the arithmetic (each stage rescales by its own
+  // maximum), so it is the same at every width. When width 8 ran 3 blocks
+  // per SM, every record in one 66.5 KB stage cost it 15 points, a smaller
+  // stage gained nothing (docs/perf-notes.md, v9 runs 8-11).
   constexpr int kRecBytes = kPartFloats * 4;
   constexpr int kStageBytes = 46 * 1024 - (int)sizeof(attn_partials<G, D, NW>);
   constexpr int kStage = kStageBytes / kRecBytes < 1        ? 1
@@ -511,17 +504,21 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   __shared__ __align__(16) float stage[kStage * kPartFloats];
   __shared__ int is_last; // block_arrives_last's answer
 
-  const int split = (int)blockIdx.x, kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
+  const int kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
   const int len = row < rows ? seq_lens[row] : 0;
   const int n_tiles = (len + kAttnTile - 1) / kAttnTile;
   // At most SPLITS ranges, and at least one tile per warp in each.
   const int per_range = max((n_tiles + SPLITS - 1) / SPLITS, NW);
   const int n_ranges = max((n_tiles + per_range - 1) / per_range, 1); // 1 when len == 0: zeros
-  const bool active = row < rows && split < n_ranges;
-  const int tile0 = split * per_range;
-  const int tile1 = min(tile0 + per_range, n_tiles);
+  // The block attends ranges blockIdx.x, + gridDim.x, ... (one range per
+  // block at width 1, several wider: the launch's grid), one after the
+  // other; warp w takes tiles w, w + NW, ... of each.
+  const int first_range = (int)blockIdx.x, range_step = (int)gridDim.x;
+  constexpr int kRangesPerBlock = P::W; // at most: gridDim.x = ceil(SPLITS / W)
+  const bool active = row < rows && first_range < n_ranges;
   const int warp = warp_id(), lane = lane_id();
   const int *page_row = block_tables + (long long)row * block_table_stride;
+  auto range_end = [&](int s) { return min((s + 1) * per_range, n_tiles); };
 
   // Ahead of grid_dep_wait (a programmatic launch: the kernel before may
   // still run), each warp loads its first tile of K and V (its first two at
@@ -531,58 +528,119 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // overlap the kernel before. What is read here, block_tables, seq_lens and
   // older tokens' K and V, must be written before the layer's first kernel
   // starts (docs/contracts.md).
-  const int my_first = tile0 + warp;
 #if KF_USE_MMA
+  // The warp's first tile of range s (none: -1), and its tile after tile t
+  // of range s: the next of the range, or its first of the block's next
+  // range. Only the row's last range can give a warp no tile (it may be
+  // shorter than NW tiles), and no range follows it.
+  auto first_of = [&](int s) { return s * per_range + warp < n_tiles ? s * per_range + warp : -1; };
+  auto after = [&](int t, int s) {
+    return t + NW < range_end(s) ? t + NW : kRangesPerBlock > 1 ? first_of(s + range_step) : -1;
+  };
+  auto page_of = [&](int t) { return t >= 0 ? page_row[t * kAttnTile / PS] : 0; };
+  int t_cur = active ? first_of(first_range) : -1;
   constexpr bool kTwo = P::W <= KF_ATTN_TWO_TILES_MAX_W;
-  const int older = min(tile1, n_tiles - 1); // tiles below it hold no newest token
-  kv_tile<D> first{}, second{};
-  const bool have_first = KF_ATTN_READ_AHEAD && active && my_first < older;
-  const bool have_second = kTwo && have_first && my_first + NW < older;
-  if (have_first)
-    load_kv_tile<D, HKV, PS, false>(first, k_cache, v_cache, page_row[my_first * kAttnTile / PS],
-                                    kv_head, len, my_first, lane);
-  if (have_second)
-    load_kv_tile<D, HKV, PS, false>(second, k_cache, v_cache,
-                                    page_row[(my_first + NW) * kAttnTile / PS], kv_head, len,
-                                    my_first + NW, lane);
+  const int older = n_tiles - 1; // tiles below it hold no newest token
+  kv_tile<D> cur{}, nxt{};
+  int t_next = t_cur >= 0 ? after(t_cur, first_range) : -1;
+  const bool cur_ready = KF_ATTN_READ_AHEAD && t_cur >= 0 && t_cur < older;
+  bool nxt_ready = kTwo && cur_ready && t_next >= 0 && t_next < older;
+  if (cur_ready)
+    load_kv_tile<D, HKV, PS, false>(cur, k_cache, v_cache, page_of(t_cur), kv_head, len, t_cur,
+                                    lane);
+  if (nxt_ready)
+    load_kv_tile<D, HKV, PS, false>(nxt, k_cache, v_cache, page_of(t_next), kv_head, len, t_next,
+                                    lane);
 #endif             // KF_USE_MMA
   grid_dep_wait(); // q and the newest token's K and V come from the kernel before
   if (!active)
     return;
 
   const kf_bf16 *q_head0 = q + ((long long)row * HQ + (long long)kv_head * G) * D;
+  kf_bf16 *out_head0 = out + ((long long)row * HQ + (long long)kv_head * G) * D;
+  float *ws_pair = workspace + ((long long)row * HKV + kv_head) * SPLITS * kPartFloats;
   const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
 #if KF_USE_MMA
-  attend_tiles_mma<D, G, HKV, PS, NW, kTwo>(q_head0, k_cache, v_cache, page_row, kv_head, len,
-                                            my_first, tile1, NW, scale_log2, first, have_first,
-                                            second, have_second, part, warp, lane);
-#else
-  attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
-                                          my_first, tile1, NW, scale_log2, part, warp, lane);
+  warp_softmax_mma<D, G> st;
+  st.load_q(q_head0, lane);
+  if (t_cur >= 0 && !cur_ready)
+    load_kv_tile<D, HKV, PS>(cur, k_cache, v_cache, page_of(t_cur), kv_head, len, t_cur, lane);
+  // Page numbers are read a tile ahead of the loads that need them.
+  int page_next = page_of(t_next);
 #endif // KF_USE_MMA
-  if (KF_ATTN_EARLY_RELEASE)
-    grid_dep_launch(); // K and V are read: the next kernel may start its blocks
-  __syncthreads();
-
-  kf_bf16 *out_head0 = out + ((long long)row * HQ + (long long)kv_head * G) * D;
-  if (n_ranges == 1) {
-    merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float, float l) {
-      store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
-    });
-    return;
-  }
-
-  float *ws_pair = workspace + ((long long)row * HKV + kv_head) * SPLITS * kPartFloats;
-  float *rec = ws_pair + (long long)split * kPartFloats;
-  merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float mx, float l) {
-    rec[h * D + d] = acc;
-    if (d == 0) {
-      rec[G * D + h] = mx;
-      rec[G * D + G + h] = l;
+  // Each range's warp states wait in a slot, `part` or one of those that fit
+  // in `stage` (free until the final merge), and the block merges the
+  // waiting ranges when the slots run out or its last range is done: one
+  // barrier for up to kSlots ranges, not one per range.
+  using part_t = attn_partials<G, D, NW>;
+  constexpr int kSlots = 1 + kStage * kRecBytes / (int)sizeof(part_t);
+  auto slot = [&](int j) -> part_t & {
+    return j == 0 ? part : reinterpret_cast<part_t *>(stage)[j - 1];
+  };
+  int parked = 0;
+  for (int i = 0; i < kRangesPerBlock; ++i) {
+    const int s = first_range + i * range_step;
+    if (s >= n_ranges)
+      break;
+#if KF_USE_MMA
+    st.reset();
+    const int end_s = range_end(s);
+    while (t_cur >= 0 && t_cur < end_s) {
+      // t_next is in range s or the block's next one.
+      const int t_after = t_next < 0                               ? -1
+                          : kRangesPerBlock == 1 || t_next < end_s ? after(t_next, s)
+                                                                   : after(t_next, s + range_step);
+      const int page_after = page_of(t_after);
+      if (kTwo && t_next >= 0 && !nxt_ready)
+        load_kv_tile<D, HKV, PS>(nxt, k_cache, v_cache, page_next, kv_head, len, t_next, lane);
+      st.attend(cur, t_cur * kAttnTile, len, scale_log2, lane);
+      if (kTwo) {
+        cur = nxt;
+        nxt_ready = false;
+      } else if (t_next >= 0) {
+        load_kv_tile<D, HKV, PS>(cur, k_cache, v_cache, page_next, kv_head, len, t_next, lane);
+      }
+      t_cur = t_next;
+      t_next = t_after;
+      page_next = page_after;
     }
-  });
-  if (!block_arrives_last(semaphores, (long long)row * HKV + kv_head, n_ranges, is_last))
-    return; // the last range of the (row, kv head) to arrive merges
+    nxt_ready = false; // (nxt holds nothing across the range's end)
+    st.store(slot(parked), warp, lane);
+#else
+    attend_tiles_generic<D, G, HKV, PS, NW>(q_head0, k_cache, v_cache, page_row, kv_head, len,
+                                            s * per_range + warp, range_end(s), NW, scale_log2,
+                                            slot(parked), warp, lane);
+#endif // KF_USE_MMA
+    ++parked;
+    const bool last_range = s + range_step >= n_ranges;
+    if (!last_range && parked < kSlots)
+      continue; // no barrier: the warps go on to the next range
+    if (KF_ATTN_EARLY_RELEASE && last_range)
+      grid_dep_launch(); // K and V are read: the next kernel may start its blocks
+    __syncthreads();
+    if (n_ranges == 1) {
+      merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float, float l) {
+        store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
+      });
+      return;
+    }
+    for (int j = 0; j < parked; ++j) {
+      float *rec = ws_pair + (long long)(s - (parked - 1 - j) * range_step) * kPartFloats;
+      merge_warps<G, D, NW, kAttnThreads>(slot(j), [&](int h, int d, float acc, float mx, float l) {
+        rec[h * D + d] = acc;
+        if (d == 0) {
+          rec[G * D + h] = mx;
+          rec[G * D + G + h] = l;
+        }
+      });
+    }
+    parked = 0;
+    if (!last_range)
+      __syncthreads(); // every thread is done with the slots before the warps refill them
+  }
+  const int my_ranges = (n_ranges - first_range + range_step - 1) / range_step;
+  if (!block_arrives_last(semaphores, (long long)row * HKV + kv_head, n_ranges, my_ranges, is_last))
+    return; // the block whose ranges arrive last merges them all
 
   // Merge the ranges in range order, a stage of kStage records at a time:
   // the block copies a stage's records (contiguous in workspace) into shared

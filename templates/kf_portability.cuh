@@ -357,9 +357,10 @@ KF_DEVICE vec8 zero_vec() {
 
 #define KF_HAS_ACQ_REL_ATOMIC (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 700)
 
-// A block's arrival at a device-wide counter that `arrivals` blocks reach,
+// A block's arrival at a device-wide counter that `arrivals` arrivals reach,
 // for "the last block to arrive does the rest": every thread of the block
-// calls it; it returns true to every thread of the last block, which has
+// calls it, and the block counts as `count` arrivals (the parts of the work
+// it did); it returns true to every thread of the last block, which has
 // then also reset the counter to zero for the next launch. What the blocks
 // wrote before their arrival is visible to the whole last block after it.
 // NVIDIA from sm_70: thread 0 adds with one acquire-release atomic between
@@ -371,7 +372,7 @@ KF_DEVICE vec8 zero_vec() {
 // (So spelled on purpose: a flag of the helper's own, or the counter's
 // address computed before the call, gave decode_attention code that ran
 // 0.2-1 us slower per launch on the H200; docs/perf-notes.md, v10.)
-KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int &last) {
+KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int count, int &last) {
 #if !KF_HAS_ACQ_REL_ATOMIC
   __threadfence();
 #endif // !KF_HAS_ACQ_REL_ATOMIC
@@ -379,14 +380,14 @@ KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int 
   if (threadIdx.x == 0) {
     int before;
 #if KF_HAS_ACQ_REL_ATOMIC
-    asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;"
+    asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;"
                  : "=r"(before)
-                 : "l"(counters + i)
+                 : "l"(counters + i), "r"(count)
                  : "memory");
 #else
-    before = atomicAdd(counters + i, 1);
+    before = atomicAdd(counters + i, count);
 #endif // KF_HAS_ACQ_REL_ATOMIC
-    last = before == arrivals - 1;
+    last = before + count == arrivals;
     if (last)
       counters[i] = 0; // every block has arrived: ready for the next launch
   }

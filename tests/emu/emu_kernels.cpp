@@ -281,7 +281,7 @@ void check_attention(int rows, std::vector<int> lens) {
   std::vector<float> ws((size_t)W * HKV * SPLITS * rec, NAN);
   std::vector<int> sem(W * HKV, 0);
   for (int launch = 0; launch < 2; ++launch)
-    emu::launch({SPLITS, HKV, W}, {128, 1, 1}, [&] {
+    emu::launch({(SPLITS + W - 1) / W, HKV, W}, {128, 1, 1}, [&] { // decode_attention.json
       kf::decode_attention_entry<AttnP<D, HQ, HKV, SPLITS, W>>(
           dev(q), dev(kc), dev(vc), table.data(), per_row, lens.data(), dev(out), ws.data(),
           sem.data(), rows);
@@ -356,6 +356,8 @@ int main(int argc, char **argv) {
     check_attention<128, 8, 1, 16, 1>(1, {1100}); // records past the merge's first stage
     check_attention<128, 8, 1, 32, 1>(1, {1100});
     check_attention<64, 3, 1, 4, 2>(2, {0, 64});
+    // blocks of several ranges, and more ranges than their slots (G = 8: 2)
+    check_attention<128, 8, 1, 16, 8>(6, {1100, 17, 640, 1, 900, 0, 50, 700});
   } else {
     fprintf(stderr, "usage: emu_kernels norm|gemm|gate_up|rope|attention\n");
     return 2;
