@@ -359,24 +359,56 @@ KF_DEVICE void attend_tiles_generic(const kf_bf16 *q_head0, const kf_bf16 *k_cac
 }
 
 // Block building block: merge NW warp states (warp order) into one state per
-// head; calls emit(h, d, value_sum, m, l) for every head h < G and d < D, with
+// head, for each of n <= MAXN sets of them, slot(0) .. slot(n - 1); calls
+// emit(j, h, d, value_sum, m, l) for every set j, head h < G and d < D, with
 // value_sum the unnormalised output. Warps that saw no token have m = -inf.
-template <int G, int D, int NW, int THREADS, class Emit>
-KF_DEVICE void merge_warps(const attn_partials<G, D, NW> &part, Emit emit) {
-  for (int e = (int)threadIdx.x; e < G * D; e += THREADS) {
-    const int h = e / D, d = e % D;
-    float mx = part.m[0][h];
+// A thread's elements of all n sets are independent chains, unrolled side
+// by side when n == MAXN (a merge at the end of a block is all latency).
+template <int N> struct int_tag { static constexpr int value = N; };
+
+template <int G, int D, int NW, int THREADS, int MAXN, class Slot, class Emit>
+KF_DEVICE void merge_warps(int n, Slot slot, Emit emit) {
+  constexpr int kPer = (G * D + THREADS - 1) / THREADS; // elements per thread
+  // Sets j0 .. j0 + N - 1: every value first, then every emit (the stores
+  // may not alias the loads as far as the compiler knows).
+  auto sets = [&](int j0, auto n_sets) {
+    constexpr int N = decltype(n_sets)::value;
+    float acc[N][kPer], mx[N][kPer], l[N][kPer];
 #pragma unroll
-    for (int w = 1; w < NW; ++w)
-      mx = fmaxf(mx, part.m[w][h]);
-    float acc = 0.f, l = 0.f;
+    for (int j = 0; j < N; ++j) {
+      const attn_partials<G, D, NW> &part = slot(j0 + j);
 #pragma unroll
-    for (int w = 0; w < NW; ++w) {
-      const float f = part.m[w][h] == -INFINITY ? 0.f : exp2f(part.m[w][h] - mx);
-      acc = fmaf(part.o[w][h][d], f, acc);
-      l = fmaf(part.l[w][h], f, l);
+      for (int k = 0; k < kPer; ++k) {
+        const int e = (int)threadIdx.x + k * THREADS;
+        const int h = e < G * D ? e / D : 0, d = e % D;
+        mx[j][k] = part.m[0][h];
+#pragma unroll
+        for (int w = 1; w < NW; ++w)
+          mx[j][k] = fmaxf(mx[j][k], part.m[w][h]);
+        acc[j][k] = l[j][k] = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          const float f = part.m[w][h] == -INFINITY ? 0.f : exp2f(part.m[w][h] - mx[j][k]);
+          acc[j][k] = fmaf(part.o[w][h][d], f, acc[j][k]);
+          l[j][k] = fmaf(part.l[w][h], f, l[j][k]);
+        }
+      }
     }
-    emit(h, d, acc, mx, l);
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int e = (int)threadIdx.x + k * THREADS;
+        if (e < G * D)
+          emit(j0 + j, e / D, e % D, acc[j][k], mx[j][k], l[j][k]);
+      }
+    }
+  };
+  if (n == MAXN) {
+    sets(0, int_tag<MAXN>{});
+  } else {
+    for (int j = 0; j < n; ++j)
+      sets(j, int_tag<1>{});
   }
 }
 
@@ -574,6 +606,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // barrier for up to kSlots ranges, not one per range.
   using part_t = attn_partials<G, D, NW>;
   constexpr int kSlots = 1 + kStage * kRecBytes / (int)sizeof(part_t);
+  constexpr int kMergeSets = kSlots < kRangesPerBlock ? kSlots : kRangesPerBlock;
   auto slot = [&](int j) -> part_t & {
     return j == 0 ? part : reinterpret_cast<part_t *>(stage)[j - 1];
   };
@@ -619,21 +652,22 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       grid_dep_launch(); // K and V are read: the next kernel may start its blocks
     __syncthreads();
     if (n_ranges == 1) {
-      merge_warps<G, D, NW, kAttnThreads>(part, [&](int h, int d, float acc, float, float l) {
-        store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
-      });
+      merge_warps<G, D, NW, kAttnThreads, 1>(
+          1, slot, [&](int, int h, int d, float acc, float, float l) {
+            store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
+          });
       return;
     }
-    for (int j = 0; j < parked; ++j) {
-      float *rec = ws_pair + (long long)(s - (parked - 1 - j) * range_step) * kPartFloats;
-      merge_warps<G, D, NW, kAttnThreads>(slot(j), [&](int h, int d, float acc, float mx, float l) {
-        rec[h * D + d] = acc;
-        if (d == 0) {
-          rec[G * D + h] = mx;
-          rec[G * D + G + h] = l;
-        }
-      });
-    }
+    const int s0 = s - (parked - 1) * range_step; // the first parked range
+    merge_warps<G, D, NW, kAttnThreads, kMergeSets>(
+        parked, slot, [&](int j, int h, int d, float acc, float mx, float l) {
+          float *rec = ws_pair + (long long)(s0 + j * range_step) * kPartFloats;
+          rec[h * D + d] = acc;
+          if (d == 0) {
+            rec[G * D + h] = mx;
+            rec[G * D + G + h] = l;
+          }
+        });
     parked = 0;
     if (!last_range)
       __syncthreads(); // every thread is done with the slots before the warps refill them
