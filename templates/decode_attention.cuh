@@ -96,6 +96,23 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // blocks took each SM's third slot while this one merged, and the blocks
 // placed later piled onto the SMs that emptied first (32K tokens at R = 1:
 // 75 -> 66%).
+// Tuning knobs of a block's range ends (docs/perf-notes.md, v15):
+// KF_ATTN_MERGE_SETS 1 merges the parked ranges of a flush side by side,
+// KF_ATTN_HAND_OFF 1 has one warp merge each parked range while the others
+// stream on (blocks of more than 2 ranges). Same arithmetic either way. Only
+// on sm_90: on sm_100a ptxas keeps these kernels to 168 registers and then
+// spills, and no sm_100 GPU has measured them.
+#if KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900 && KF_ARCH_CODE < 1000
+#define KF_ATTN_SM90_TUNED 1
+#else
+#define KF_ATTN_SM90_TUNED 0
+#endif
+#ifndef KF_ATTN_MERGE_SETS
+#define KF_ATTN_MERGE_SETS KF_ATTN_SM90_TUNED
+#endif // KF_ATTN_MERGE_SETS
+#ifndef KF_ATTN_HAND_OFF
+#define KF_ATTN_HAND_OFF KF_ATTN_SM90_TUNED
+#endif // KF_ATTN_HAND_OFF
 #ifndef KF_ATTN_READ_AHEAD
 #define KF_ATTN_READ_AHEAD 1
 #endif // KF_ATTN_READ_AHEAD
@@ -366,41 +383,45 @@ KF_DEVICE void attend_tiles_generic(const kf_bf16 *q_head0, const kf_bf16 *k_cac
 // by side when n == MAXN (a merge at the end of a block is all latency).
 template <int N> struct int_tag { static constexpr int value = N; };
 
-template <int G, int D, int NW, int THREADS, int MAXN, class Slot, class Emit>
-KF_DEVICE void merge_warps(int n, Slot slot, Emit emit) {
+template <int G, int D, int NW, int THREADS, int MAXN, bool BATCH = true, class Slot, class Emit>
+KF_DEVICE void merge_warps(int n, Slot slot, Emit emit, int tid = (int)threadIdx.x) {
   constexpr int kPer = (G * D + THREADS - 1) / THREADS; // elements per thread
-  // Sets j0 .. j0 + N - 1: every value first, then every emit (the stores
-  // may not alias the loads as far as the compiler knows).
+  constexpr int KC = BATCH ? kPer : 1;                  // elements per batch
+  // Sets j0 .. j0 + N - 1, KC elements at a time: every value first, then
+  // every emit (the stores may alias the loads as far as the compiler knows).
   auto sets = [&](int j0, auto n_sets) {
     constexpr int N = decltype(n_sets)::value;
-    float acc[N][kPer], mx[N][kPer], l[N][kPer];
 #pragma unroll
-    for (int j = 0; j < N; ++j) {
-      const attn_partials<G, D, NW> &part = slot(j0 + j);
+    for (int k0 = 0; k0 < kPer; k0 += KC) {
+      float acc[N][KC], mx[N][KC], l[N][KC];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int e = (int)threadIdx.x + k * THREADS;
-        const int h = e < G * D ? e / D : 0, d = e % D;
-        mx[j][k] = part.m[0][h];
+      for (int j = 0; j < N; ++j) {
+        const attn_partials<G, D, NW> &part = slot(j0 + j);
 #pragma unroll
-        for (int w = 1; w < NW; ++w)
-          mx[j][k] = fmaxf(mx[j][k], part.m[w][h]);
-        acc[j][k] = l[j][k] = 0.f;
+        for (int k = 0; k < KC; ++k) {
+          const int e = tid + (k0 + k) * THREADS;
+          const int h = e < G * D ? e / D : 0, d = e % D;
+          mx[j][k] = part.m[0][h];
 #pragma unroll
-        for (int w = 0; w < NW; ++w) {
-          const float f = part.m[w][h] == -INFINITY ? 0.f : exp2f(part.m[w][h] - mx[j][k]);
-          acc[j][k] = fmaf(part.o[w][h][d], f, acc[j][k]);
-          l[j][k] = fmaf(part.l[w][h], f, l[j][k]);
+          for (int w = 1; w < NW; ++w)
+            mx[j][k] = fmaxf(mx[j][k], part.m[w][h]);
+          acc[j][k] = l[j][k] = 0.f;
+#pragma unroll
+          for (int w = 0; w < NW; ++w) {
+            const float f = part.m[w][h] == -INFINITY ? 0.f : exp2f(part.m[w][h] - mx[j][k]);
+            acc[j][k] = fmaf(part.o[w][h][d], f, acc[j][k]);
+            l[j][k] = fmaf(part.l[w][h], f, l[j][k]);
+          }
         }
       }
-    }
 #pragma unroll
-    for (int j = 0; j < N; ++j) {
+      for (int j = 0; j < N; ++j) {
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int e = (int)threadIdx.x + k * THREADS;
-        if (e < G * D)
-          emit(j0 + j, e / D, e % D, acc[j][k], mx[j][k], l[j][k]);
+        for (int k = 0; k < KC; ++k) {
+          const int e = tid + (k0 + k) * THREADS;
+          if (e < G * D)
+            emit(j0 + j, e / D, e % D, acc[j][k], mx[j][k], l[j][k]);
+        }
       }
     }
   };
@@ -605,8 +626,31 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // waiting ranges when the slots run out or its last range is done: one
   // barrier for up to kSlots ranges, not one per range.
   using part_t = attn_partials<G, D, NW>;
-  constexpr int kSlots = 1 + kStage * kRecBytes / (int)sizeof(part_t);
-  constexpr int kMergeSets = kSlots < kRangesPerBlock ? kSlots : kRangesPerBlock;
+  constexpr int kSlotsFit = 1 + kStage * kRecBytes / (int)sizeof(part_t);
+  constexpr int kSlots = kSlotsFit < 16 ? kSlotsFit : 16; // named barriers 1..15
+  constexpr int kMergeSets = !KF_ATTN_MERGE_SETS        ? 1
+                             : kSlots < kRangesPerBlock ? kSlots
+                                                        : kRangesPerBlock;
+  // Hand-off (named barriers, blocks of more than 2 ranges): warp j % NW
+  // merges parked range j while the others stream on; they arrive at
+  // barrier 1 + j as they park it, and it syncs there once it has parked
+  // the range after, so it seldom waits. The range that ends a flush is
+  // merged by the whole block. Otherwise the block merges every parked
+  // range at the flush, side by side (v15: with 2 ranges the hand-off only
+  // makes the block wait for one warp's merge; merging the last two ranges
+  // side by side at the flush instead cost 2% at 8K).
+  constexpr bool kHandOff = KF_HAS_NAMED_BARRIERS && KF_ATTN_HAND_OFF && kRangesPerBlock > 2;
+  // emit for merge_warps: range r's record
+  auto record_of = [&](int r) {
+    float *rec = ws_pair + (long long)r * kPartFloats;
+    return [rec](int, int h, int d, float acc, float mx, float l) {
+      rec[h * D + d] = acc;
+      if (d == 0) {
+        rec[G * D + h] = mx;
+        rec[G * D + G + h] = l;
+      }
+    };
+  };
   auto slot = [&](int j) -> part_t & {
     return j == 0 ? part : reinterpret_cast<part_t *>(stage)[j - 1];
   };
@@ -645,29 +689,44 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
                                             slot(parked), warp, lane);
 #endif // KF_USE_MMA
     ++parked;
+    const int j = parked - 1; // the slot this range filled
     const bool last_range = s + range_step >= n_ranges;
-    if (!last_range && parked < kSlots)
-      continue; // no barrier: the warps go on to the next range
+    const bool go_on = !last_range && parked < kSlots; // no block barrier yet
+#if KF_HAS_NAMED_BARRIERS
+    if constexpr (kHandOff) {
+      if (go_on && warp != j % NW)
+        bar_arrive(1 + j, kAttnThreads); // slot j is written; warp j % NW merges it
+      // Warp (j - 1) % NW merges the range before, which its other warps
+      // parked (and arrived at its barrier) a range ago.
+      if (j >= 1 && warp == (j - 1) % NW) {
+        bar_sync(1 + j - 1, kAttnThreads);
+        merge_warps<G, D, NW, kWarpSize, 1, KF_ATTN_MERGE_SETS>(
+            1, [&](int) -> part_t & { return slot(j - 1); }, record_of(s - range_step), lane);
+      }
+    }
+#endif // KF_HAS_NAMED_BARRIERS
+    if (go_on)
+      continue; // the warps go on to the next range
     if (KF_ATTN_EARLY_RELEASE && last_range)
       grid_dep_launch(); // K and V are read: the next kernel may start its blocks
     __syncthreads();
     if (n_ranges == 1) {
-      merge_warps<G, D, NW, kAttnThreads, 1>(
+      merge_warps<G, D, NW, kAttnThreads, 1, KF_ATTN_MERGE_SETS>(
           1, slot, [&](int, int h, int d, float acc, float, float l) {
             store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
           });
       return;
     }
-    const int s0 = s - (parked - 1) * range_step; // the first parked range
-    merge_warps<G, D, NW, kAttnThreads, kMergeSets>(
-        parked, slot, [&](int j, int h, int d, float acc, float mx, float l) {
-          float *rec = ws_pair + (long long)(s0 + j * range_step) * kPartFloats;
-          rec[h * D + d] = acc;
-          if (d == 0) {
-            rec[G * D + h] = mx;
-            rec[G * D + G + h] = l;
-          }
-        });
+    if constexpr (kHandOff) {
+      merge_warps<G, D, NW, kAttnThreads, 1, KF_ATTN_MERGE_SETS>(
+          1, [&](int) -> part_t & { return slot(j); }, record_of(s));
+    } else {
+      const int s0 = s - j * range_step; // the first parked range
+      merge_warps<G, D, NW, kAttnThreads, kMergeSets, KF_ATTN_MERGE_SETS>(
+          parked, slot, [&](int k, int h, int d, float acc, float mx, float l) {
+            record_of(s0 + k * range_step)(k, h, d, acc, mx, l);
+          });
+    }
     parked = 0;
     if (!last_range)
       __syncthreads(); // every thread is done with the slots before the warps refill them

@@ -280,6 +280,22 @@ KF_DEVICE void grid_dep_launch() {
 #endif // KF_HAS_GRID_DEP
 }
 
+// Named barriers (NVIDIA): `threads` (a multiple of the warp size) arrive at
+// barrier `id` (1..15; 0 is __syncthreads'), some with bar_arrive, which
+// does not wait, and the rest with bar_sync, which waits for all of them.
+// A warp that arrives makes its earlier shared-memory writes visible to
+// the warps that sync. Producer / consumer hand-offs inside a block
+// without stopping the producers.
+#define KF_HAS_NAMED_BARRIERS KF_ARCH_IS_NVIDIA
+#if KF_HAS_NAMED_BARRIERS
+KF_DEVICE void bar_arrive(int id, int threads) {
+  asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+KF_DEVICE void bar_sync(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+#endif // KF_HAS_NAMED_BARRIERS
+
 // Thread-block clusters (sm_90 and later; schemas with "launch": {"cluster":
 // [...]}, which kforge compiles into the entry as __cluster_dims__ on those
 // arches only). The blocks of a cluster run at the same time and read each
