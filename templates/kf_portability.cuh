@@ -285,16 +285,23 @@ KF_DEVICE void grid_dep_launch() {
 // does not wait, and the rest with bar_sync, which waits for all of them.
 // A warp that arrives makes its earlier shared-memory writes visible to
 // the warps that sync. Producer / consumer hand-offs inside a block
-// without stopping the producers.
-#define KF_HAS_NAMED_BARRIERS KF_ARCH_IS_NVIDIA
-#if KF_HAS_NAMED_BARRIERS
+// without stopping the producers. The host emulation (tests/emu) has them
+// too; HIP has none.
+#if KF_ARCH_IS_NVIDIA
+#define KF_HAS_NAMED_BARRIERS 1
 KF_DEVICE void bar_arrive(int id, int threads) {
   asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 KF_DEVICE void bar_sync(int id, int threads) {
   asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
-#endif // KF_HAS_NAMED_BARRIERS
+#elif defined(KF_EMU_WARP)
+#define KF_HAS_NAMED_BARRIERS 1
+KF_DEVICE void bar_arrive(int id, int threads) { emu_bar_arrive(id, threads); }
+KF_DEVICE void bar_sync(int id, int threads) { emu_bar_sync(id, threads); }
+#else
+#define KF_HAS_NAMED_BARRIERS 0
+#endif // named barriers
 
 // Thread-block clusters (sm_90 and later; schemas with "launch": {"cluster":
 // [...]}, which kforge compiles into the entry as __cluster_dims__ on those

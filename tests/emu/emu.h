@@ -25,6 +25,7 @@ struct Warp {
 };
 
 static std::unique_ptr<std::barrier<>> block_bar;
+static std::unique_ptr<std::barrier<>> named_bar[16]; // 1..15, each for the whole block
 static std::vector<Warp> warps;
 static thread_local long shuffles;
 static std::atomic<long> errors{0};
@@ -58,6 +59,8 @@ inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         block_bar = std::make_unique<std::barrier<>>(n);
+        for (int id = 1; id < 16; ++id)
+          named_bar[id] = std::make_unique<std::barrier<>>(n);
         warps = std::vector<Warp>((n + KF_EMU_WARP - 1) / KF_EMU_WARP);
         for (size_t i = 0; i < warps.size(); ++i) {
           warps[i].lanes = (int)std::min<unsigned>(KF_EMU_WARP, n - i * KF_EMU_WARP);
@@ -85,4 +88,17 @@ inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
 } // namespace emu
 
 void __syncthreads() { emu::block_bar->arrive_and_wait(); }
+// Named barriers as the kernels use them: the whole block takes part in each
+// phase, some threads arriving without waiting and the rest waiting.
+static std::barrier<> &emu_named(int id, int threads) {
+  if (id < 1 || id > 15 || threads != (int)(blockDim.x * blockDim.y * blockDim.z)) {
+    fprintf(stderr,
+            "emu: named barrier %d for %d threads: the emulation has 1..15 for the whole block\n",
+            id, threads);
+    abort();
+  }
+  return *emu::named_bar[id];
+}
+void emu_bar_arrive(int id, int threads) { (void)emu_named(id, threads).arrive(); }
+void emu_bar_sync(int id, int threads) { emu_named(id, threads).arrive_and_wait(); }
 float emu_shfl(float v, int src, bool is_xor) { return emu::shfl(v, src, is_xor); }

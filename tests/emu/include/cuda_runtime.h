@@ -64,6 +64,8 @@ inline uint32_t __byte_perm(uint32_t a, uint32_t b, uint32_t s) {
 }
 
 void __syncthreads();
+void emu_bar_arrive(int id, int threads); // named barriers (kf::bar_arrive)
+void emu_bar_sync(int id, int threads);
 float emu_shfl(float v, int src, bool is_xor);
 inline float __shfl_xor_sync(unsigned, float v, int m) { return emu_shfl(v, m, true); }
 inline float __shfl_sync(unsigned, float v, int s) { return emu_shfl(v, s, false); }
