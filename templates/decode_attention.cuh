@@ -96,6 +96,13 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // blocks took each SM's third slot while this one merged, and the blocks
 // placed later piled onto the SMs that emptied first (32K tokens at R = 1:
 // 75 -> 66%).
+#ifndef KF_ATTN_READ_AHEAD
+#define KF_ATTN_READ_AHEAD 1
+#endif // KF_ATTN_READ_AHEAD
+#ifndef KF_ATTN_EARLY_RELEASE
+#define KF_ATTN_EARLY_RELEASE 1
+#endif // KF_ATTN_EARLY_RELEASE
+
 // Tuning knobs of a block's range ends (docs/perf-notes.md, v15):
 // KF_ATTN_MERGE_SETS 1 merges the parked ranges of a flush side by side,
 // KF_ATTN_HAND_OFF 1 has one warp merge each parked range while the others
@@ -113,12 +120,6 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 #ifndef KF_ATTN_HAND_OFF
 #define KF_ATTN_HAND_OFF KF_ATTN_SM90_TUNED
 #endif // KF_ATTN_HAND_OFF
-#ifndef KF_ATTN_READ_AHEAD
-#define KF_ATTN_READ_AHEAD 1
-#endif // KF_ATTN_READ_AHEAD
-#ifndef KF_ATTN_EARLY_RELEASE
-#define KF_ATTN_EARLY_RELEASE 1
-#endif // KF_ATTN_EARLY_RELEASE
 
 #if KF_USE_MMA
 // One 16-token tile of K and V as a lane holds it for the matrix
