@@ -105,6 +105,16 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 #ifndef KF_ATTN_EARLY_RELEASE
 #define KF_ATTN_EARLY_RELEASE 1
 #endif // KF_ATTN_EARLY_RELEASE
+// KF_ATTN_L2_AHEAD n > 0 also asks L2, ahead of grid_dep_wait, for each
+// warp's next n tiles after those it loads into registers there (sm_90
+// only, like the other tuning): the memory system, idle while the kernel
+// before merges, fetches them then. Measured on the H200
+// (docs/perf-notes.md, v16), n = 1: 2-4% faster at 8K and 32K tokens at
+// every width, within 1.5% at 1K and 128K; n = 2 or 3 no better or slower
+// (their traffic delays the merges of the kernel before).
+#ifndef KF_ATTN_L2_AHEAD
+#define KF_ATTN_L2_AHEAD KF_ATTN_SM90_TUNED
+#endif // KF_ATTN_L2_AHEAD
 
 // Tuning knobs of a block's range ends (docs/perf-notes.md, v15):
 // KF_ATTN_MERGE_SETS 1 merges the parked ranges of a flush side by side,
@@ -603,6 +613,32 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   if (nxt_ready)
     load_kv_tile<D, HKV, PS, false>(nxt, k_cache, v_cache, page_of(t_next), kv_head, len, t_next,
                                     lane);
+  if constexpr (KF_ATTN_L2_AHEAD > 0) {
+    // The warp's next KF_ATTN_L2_AHEAD tiles after those in registers into
+    // L2: lane l < 16 asks for K row l of each, the others for V row l - 16
+    // (HEAD_DIM * 2 bytes each). Their page lookups go out together first.
+    int pt = nxt_ready ? t_next : cur_ready ? t_cur : -1;
+    constexpr int kAhead = KF_ATTN_L2_AHEAD > 0 ? KF_ATTN_L2_AHEAD : 1; // (no zero-size arrays)
+    int pages[kAhead], tiles[kAhead];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      if (pt >= 0)
+        pt = after(pt, pt / per_range);
+      if (pt >= older)
+        pt = -1;
+      tiles[k] = pt;
+      pages[k] = page_of(pt);
+    }
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      if (tiles[k] >= 0) {
+        const int tok0 = tiles[k] * kAttnTile, r = lane & 15;
+        const long long off =
+            (((long long)pages[k] * PS + tok0 % PS + r) * HKV + kv_head) * (long long)D;
+        prefetch_l2((lane < 16 ? k_cache : v_cache) + off, D * (int)sizeof(kf_bf16));
+      }
+    }
+  }
 #endif             // KF_USE_MMA
   grid_dep_wait(); // q and the newest token's K and V come from the kernel before
   if (!active)

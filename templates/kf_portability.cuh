@@ -150,6 +150,18 @@ KF_DEVICE vec8 load_stream(const void *p) {
   return v;
 }
 
+// Asks L2 to fetch `bytes` (a multiple of 16) at p (16-byte aligned) from
+// device memory; holds no registers and returns nothing. A hint: a no-op
+// before sm_90 and on AMD.
+KF_DEVICE void prefetch_l2(const void *p, int bytes) {
+#if KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif // KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900
+}
+
 // A load of data the kernel before may write (KV cache rows in a
 // programmatic launch), for after grid_dep_wait: volatile, with a memory
 // clobber, so the compiler keeps it after the wait, and coherent (no .nc):

@@ -12,9 +12,10 @@ instructions all ran ahead of it, docs/perf-notes.md v12). So this reads the
 SASS. Before the first ACQBULK a kernel may issue:
   - the GEMMs (qkv_proj, o_proj, gate_up_proj, down_proj): their weight copies
     (LDGSTS) and shared-memory reads, nothing else from global memory;
-  - decode_attention: 32-bit loads (seq_lens, page-table entries) and 128-bit
+  - decode_attention: 32-bit loads (seq_lens, page-table entries), 128-bit
     loads on the read-only, non-allocating path (LDG.E.NA.128.CONSTANT, the
-    older tokens' K and V through load_stream);
+    older tokens' K and V through load_stream) and L2 prefetches (of older
+    tokens' K and V: cp.async.bulk.prefetch.L2, which returns nothing);
   - the norms and rope_kv_write: no global load at all;
 and no kernel stores, atomics or matrix instructions there.
 
