@@ -93,12 +93,17 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // Tuning knobs of the programmatic launch (docs/perf-notes.md, v7):
 // KF_ATTN_READ_AHEAD 1 loads each warp's first tile before grid_dep_wait
 // (the entry says which); KF_ATTN_EARLY_RELEASE 1 lets the next kernel start
-// its blocks once K and V are read, 0 only as this kernel's blocks exit.
-// Early release needs the width-1 launch capped at 2 blocks per SM (the
+// its blocks as soon as every block of this one has passed grid_dep_wait, 0
+// only as this kernel's blocks exit. The next kernel's blocks then take the
+// slots this one's leave at once and read ahead of their own wait while
+// this one merges: measured on the H200 (docs/perf-notes.md, v16), against
+// a release once a block's K and V were read (v7-v15), 8K tokens with one
+// row 3.5-4.5% faster, 1K 3-8%, two rows and more 0-2%, the layer within
+// 1%. Early release needs the width-1 launch capped at 2 blocks per SM (the
 // schema's launch.one_wave): uncapped, the next launch's first
 // blocks took each SM's third slot while this one merged, and the blocks
-// placed later piled onto the SMs that emptied first (32K tokens at R = 1:
-// 75 -> 66%).
+// placed later piled onto the SMs that emptied first (v7: 32K tokens at
+// R = 1: 75 -> 66%).
 #ifndef KF_ATTN_READ_AHEAD
 #define KF_ATTN_READ_AHEAD 1
 #endif // KF_ATTN_READ_AHEAD
@@ -642,7 +647,9 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
 #endif             // KF_USE_MMA
   grid_dep_wait(); // q and the newest token's K and V come from the kernel before
   if (!active)
-    return;
+    return; // (a block that exits releases the next kernel too)
+  if (KF_ATTN_EARLY_RELEASE)
+    grid_dep_launch(); // the next kernel may start its blocks as slots free
 
   const kf_bf16 *q_head0 = q + ((long long)row * HQ + (long long)kv_head * G) * D;
   kf_bf16 *out_head0 = out + ((long long)row * HQ + (long long)kv_head * G) * D;
@@ -742,8 +749,6 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
 #endif // KF_HAS_NAMED_BARRIERS
     if (go_on)
       continue; // the warps go on to the next range
-    if (KF_ATTN_EARLY_RELEASE && last_range)
-      grid_dep_launch(); // K and V are read: the next kernel may start its blocks
     __syncthreads();
     if (n_ranges == 1) {
       merge_warps<G, D, NW, kAttnThreads, 1, KF_ATTN_MERGE_SETS>(
