@@ -89,6 +89,16 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 #ifndef KF_ATTN_TWO_TILES_MAX_W
 #define KF_ATTN_TWO_TILES_MAX_W KF_ATTN_SM90_TUNED
 #endif // KF_ATTN_TWO_TILES_MAX_W
+// KF_ATTN_PEEL 1 gives the one-tile launches (wider than
+// KF_ATTN_TWO_TILES_MAX_W) width 1's start: the first two tiles of a warp's
+// first range both go into registers ahead of grid_dep_wait and are attended
+// before the loop, which then streams one tile at a time (sm_90 only; 243-255
+// registers, no spills). Measured on the H200 (docs/perf-notes.md, v16): 8K
+// tokens with 2-8 rows 1-4% faster, 32K and 128K 1-2%; 1K with 2 rows
+// (nothing to peel: one tile a warp) 1-4% slower.
+#ifndef KF_ATTN_PEEL
+#define KF_ATTN_PEEL KF_ATTN_SM90_TUNED
+#endif // KF_ATTN_PEEL
 
 // Tuning knobs of the programmatic launch (docs/perf-notes.md, v7):
 // KF_ATTN_READ_AHEAD 1 loads each warp's first tile before grid_dep_wait
@@ -589,7 +599,8 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
 
   // Ahead of grid_dep_wait (a programmatic launch: the kernel before may
   // still run), each warp loads its first tile of K and V (its first two at
-  // widths up to KF_ATTN_TWO_TILES_MAX_W), unless a tile holds the row's
+  // widths up to KF_ATTN_TWO_TILES_MAX_W, and wider with KF_ATTN_PEEL when
+  // both are in its first range), unless a tile holds the row's
   // newest token, seq_lens[row] - 1, which the kernel before
   // (rope_kv_write) writes. So the lookups and the first round trip to memory
   // overlap the kernel before. What is read here, block_tables, seq_lens and
@@ -612,17 +623,22 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   int t_next = t_cur >= 0 ? after(t_cur, first_range) : -1;
   const bool cur_ready = KF_ATTN_READ_AHEAD && t_cur >= 0 && t_cur < older;
   bool nxt_ready = kTwo && cur_ready && t_next >= 0 && t_next < older;
+  // One-tile launches: the second tile read ahead too, when it is in the
+  // first range, and attended before the loop (KF_ATTN_PEEL).
+  constexpr bool kPeel = !kTwo && KF_ATTN_PEEL;
+  const bool peel =
+      kPeel && cur_ready && t_next >= 0 && t_next < older && t_next < range_end(first_range);
   if (cur_ready)
     load_kv_tile<D, HKV, PS, false>(cur, k_cache, v_cache, page_of(t_cur), kv_head, len, t_cur,
                                     lane);
-  if (nxt_ready)
+  if (nxt_ready || peel)
     load_kv_tile<D, HKV, PS, false>(nxt, k_cache, v_cache, page_of(t_next), kv_head, len, t_next,
                                     lane);
   if constexpr (KF_ATTN_L2_AHEAD > 0) {
     // The warp's next KF_ATTN_L2_AHEAD tiles after those in registers into
     // L2: lane l < 16 asks for K row l of each, the others for V row l - 16
     // (HEAD_DIM * 2 bytes each). Their page lookups go out together first.
-    int pt = nxt_ready ? t_next : cur_ready ? t_cur : -1;
+    int pt = nxt_ready || peel ? t_next : cur_ready ? t_cur : -1;
     constexpr int kAhead = KF_ATTN_L2_AHEAD > 0 ? KF_ATTN_L2_AHEAD : 1; // (no zero-size arrays)
     int pages[kAhead], tiles[kAhead];
 #pragma unroll
@@ -662,6 +678,24 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
     load_kv_tile<D, HKV, PS>(cur, k_cache, v_cache, page_of(t_cur), kv_head, len, t_cur, lane);
   // Page numbers are read a tile ahead of the loads that need them.
   int page_next = page_of(t_next);
+  bool peeled = false; // the first range's state holds its first two tiles
+  if constexpr (kPeel) {
+    if (peel) {
+      // Both tiles are in registers: the third loads into `cur` while the
+      // second is attended, and the loop goes on from the third.
+      st.reset();
+      const int t3 = after(t_next, first_range);
+      const int page3 = page_of(t3);
+      st.attend(cur, t_cur * kAttnTile, len, scale_log2, lane);
+      if (t3 >= 0)
+        load_kv_tile<D, HKV, PS>(cur, k_cache, v_cache, page3, kv_head, len, t3, lane);
+      st.attend(nxt, t_next * kAttnTile, len, scale_log2, lane);
+      t_cur = t3;
+      t_next = t3 >= 0 ? after(t3, t3 / per_range) : -1;
+      page_next = page_of(t_next);
+      peeled = true;
+    }
+  }
 #endif // KF_USE_MMA
   // Each range's warp states wait in a slot, `part` or one of those that fit
   // in `stage` (free until the final merge), and the block merges the
@@ -702,7 +736,8 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
     if (s >= n_ranges)
       break;
 #if KF_USE_MMA
-    st.reset();
+    if (i > 0 || !peeled)
+      st.reset();
     const int end_s = range_end(s);
     while (t_cur >= 0 && t_cur < end_s) {
       // t_next is in range s or the block's next one.
