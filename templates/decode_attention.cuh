@@ -92,7 +92,7 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // KF_ATTN_PEEL 1 gives the one-tile launches (wider than
 // KF_ATTN_TWO_TILES_MAX_W) width 1's start: the first two tiles of a warp's
 // first range both go into registers ahead of grid_dep_wait and are attended
-// before the loop, which then streams one tile at a time (sm_90 only; 243-255
+// before the loop, which then streams one tile at a time (sm_90 only; 237-255
 // registers, no spills). Measured on the H200 (docs/perf-notes.md, v16): 8K
 // tokens with 2-8 rows 1-4% faster, 32K and 128K 1-2%; 1K with 2 rows
 // (nothing to peel: one tile a warp) 1-4% slower.
