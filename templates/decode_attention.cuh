@@ -132,11 +132,14 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 #endif // KF_ATTN_L2_AHEAD
 
 // Tuning knobs of a block's range ends (docs/perf-notes.md, v15):
-// KF_ATTN_MERGE_SETS 1 merges the parked ranges of a flush side by side,
-// KF_ATTN_HAND_OFF 1 has one warp merge each parked range while the others
-// stream on (blocks of more than 2 ranges). Same arithmetic either way. Only
-// on sm_90: on sm_100a ptxas keeps these kernels to 168 registers and then
-// spills, and no sm_100 GPU has measured them.
+// KF_ATTN_MERGE_SETS 1 merges the parked ranges of a flush side by side
+// where a kv head has more than 2 query heads (with 2, Qwen3-0.6B, one set
+// at a time was 1-2.5% faster at 8K and 32K tokens with 2-8 rows once
+// KF_ATTN_PEEL was in, v16), KF_ATTN_HAND_OFF 1 has one warp merge each
+// parked range while the others stream on (blocks of more than 2 ranges).
+// Same arithmetic either way. Only on sm_90: on sm_100a ptxas keeps these
+// kernels to 168 registers and then spills, and no sm_100 GPU has measured
+// them.
 #ifndef KF_ATTN_MERGE_SETS
 #define KF_ATTN_MERGE_SETS KF_ATTN_SM90_TUNED
 #endif // KF_ATTN_MERGE_SETS
@@ -704,9 +707,8 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   using part_t = attn_partials<G, D, NW>;
   constexpr int kSlotsFit = 1 + kStage * kRecBytes / (int)sizeof(part_t);
   constexpr int kSlots = kSlotsFit < 16 ? kSlotsFit : 16; // named barriers 1..15
-  constexpr int kMergeSets = !KF_ATTN_MERGE_SETS        ? 1
-                             : kSlots < kRangesPerBlock ? kSlots
-                                                        : kRangesPerBlock;
+  constexpr bool kSets = KF_ATTN_MERGE_SETS && G > 2;     // (see the knob)
+  constexpr int kMergeSets = !kSets ? 1 : kSlots < kRangesPerBlock ? kSlots : kRangesPerBlock;
   // Hand-off (named barriers, blocks of more than 2 ranges): warp j % NW
   // merges parked range j while the others stream on; they arrive at
   // barrier 1 + j as they park it, and it syncs there once it has parked
@@ -777,7 +779,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       // parked (and arrived at its barrier) a range ago.
       if (j >= 1 && warp == (j - 1) % NW) {
         bar_sync(1 + j - 1, kAttnThreads);
-        merge_warps<G, D, NW, kWarpSize, 1, KF_ATTN_MERGE_SETS>(
+        merge_warps<G, D, NW, kWarpSize, 1, kSets>(
             1, [&](int) -> part_t & { return slot(j - 1); }, record_of(s - range_step), lane);
       }
     }
@@ -786,18 +788,18 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       continue; // the warps go on to the next range
     __syncthreads();
     if (n_ranges == 1) {
-      merge_warps<G, D, NW, kAttnThreads, 1, KF_ATTN_MERGE_SETS>(
+      merge_warps<G, D, NW, kAttnThreads, 1, kSets>(
           1, slot, [&](int, int h, int d, float acc, float, float l) {
             store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
           });
       return;
     }
     if constexpr (kHandOff) {
-      merge_warps<G, D, NW, kAttnThreads, 1, KF_ATTN_MERGE_SETS>(
+      merge_warps<G, D, NW, kAttnThreads, 1, kSets>(
           1, [&](int) -> part_t & { return slot(j); }, record_of(s));
     } else {
       const int s0 = s - j * range_step; // the first parked range
-      merge_warps<G, D, NW, kAttnThreads, kMergeSets, KF_ATTN_MERGE_SETS>(
+      merge_warps<G, D, NW, kAttnThreads, kMergeSets, kSets>(
           parked, slot, [&](int k, int h, int d, float acc, float mx, float l) {
             record_of(s0 + k * range_step)(k, h, d, acc, mx, l);
           });
