@@ -61,6 +61,15 @@ template <int G, int D, int NW> struct attn_partials {
   __align__(16) float o[NW][G][kRow];
 };
 
+// The weight of a softmax state with maximum m against a running maximum
+// mx >= m: exp2f(x) for x = m - mx > -200, 0 below (exactly exp2f's value
+// there: 0 in fp32) and for NaN, so that a state that saw no token (m = -inf,
+// and mx = -inf too where none did) weighs 0. Without a branch: the guard
+// `m == -inf ? 0 : exp2f(m - mx)` compiles to one per state, and a merge's
+// loop then waits out each state's reads and exponential in turn
+// (docs/perf-notes.md, v17).
+KF_DEVICE float exp2_weight(float x) { return exp2f(fmaxf(x, -200.f)); }
+
 // Cache row (token `tok` of the row, kv head h), given the row's page table.
 template <int PAGE_SIZE, int HKV, int D>
 KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
@@ -146,6 +155,17 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 #ifndef KF_ATTN_HAND_OFF
 #define KF_ATTN_HAND_OFF KF_ATTN_SM90_TUNED
 #endif // KF_ATTN_HAND_OFF
+// KF_ATTN_BRANCHY_FLUSH: how a block's flush (merge_warps) weighs its warps'
+// states, with exp2_weight (0), with the guard that branches at width 2
+// where a kv head has more than 2 query heads (1), or with the guard
+// everywhere (2, as before v17). Same values either way. Measured on the
+// H200 (docs/perf-notes.md, v17): 1; the guard at width 2 with 4 heads, at
+// 255 registers, was 0.6-2.6% faster at 8K tokens, exp2_weight 1-2% faster
+// at widths 1, 4 and 8. Elsewhere 2: on sm_100a the width-2 kernels keep
+// 168 registers and spill with exp2_weight.
+#ifndef KF_ATTN_BRANCHY_FLUSH
+#define KF_ATTN_BRANCHY_FLUSH (KF_ATTN_SM90_TUNED ? 1 : 2)
+#endif // KF_ATTN_BRANCHY_FLUSH
 
 #if KF_USE_MMA
 // One 16-token tile of K and V as a lane holds it for the matrix
@@ -408,9 +428,12 @@ KF_DEVICE void attend_tiles_generic(const kf_bf16 *q_head0, const kf_bf16 *k_cac
 // value_sum the unnormalised output. Warps that saw no token have m = -inf.
 // A thread's elements of all n sets are independent chains, unrolled side
 // by side when n == MAXN (a merge at the end of a block is all latency).
+// GUARDED weighs the warps with the guard that branches instead of
+// exp2_weight (same values; see KF_ATTN_BRANCHY_FLUSH).
 template <int N> struct int_tag { static constexpr int value = N; };
 
-template <int G, int D, int NW, int THREADS, int MAXN, bool BATCH = true, class Slot, class Emit>
+template <int G, int D, int NW, int THREADS, int MAXN, bool BATCH = true, bool GUARDED = false,
+          class Slot, class Emit>
 KF_DEVICE void merge_warps(int n, Slot slot, Emit emit, int tid = (int)threadIdx.x) {
   constexpr int kPer = (G * D + THREADS - 1) / THREADS; // elements per thread
   constexpr int KC = BATCH ? kPer : 1;                  // elements per batch
@@ -435,7 +458,9 @@ KF_DEVICE void merge_warps(int n, Slot slot, Emit emit, int tid = (int)threadIdx
           acc[j][k] = l[j][k] = 0.f;
 #pragma unroll
           for (int w = 0; w < NW; ++w) {
-            const float f = part.m[w][h] == -INFINITY ? 0.f : exp2f(part.m[w][h] - mx[j][k]);
+            const float f = GUARDED
+                                ? (part.m[w][h] == -INFINITY ? 0.f : exp2f(part.m[w][h] - mx[j][k]))
+                                : exp2_weight(part.m[w][h] - mx[j][k]);
             acc[j][k] = fmaf(part.o[w][h][d], f, acc[j][k]);
             l[j][k] = fmaf(part.l[w][h], f, l[j][k]);
           }
@@ -482,19 +507,24 @@ template <int G, int D, int THREADS> struct record_merge {
     }
   }
 
-  // Merges n records in order, wherever they are: rec_m(u, q, h) and
+  // Merges records in order, wherever they are: rec_m(u, q, h) and
   // rec_l(u, q, h) give record u's maximum and sum of head h, rec_o(u, q, h,
-  // d) its float4 of head h at d, the thread's q-th. MAXN > 0: n <= MAXN, and
-  // the loops unroll (for records held in registers).
+  // d) its float4 of head h at d, the thread's q-th. MAXN == 0: records 0 ..
+  // n - 1. MAXN > 0: the loops unroll over records 0 .. MAXN - 1, and those
+  // from n on must weigh 0 (maximum -inf) and hold finite values, which adds
+  // 0 x 0 to every sum and leaves it as it is (the sums start at +0 and are
+  // never -0). No branch in the loops (exp2_weight): the records' reads and
+  // exponentials overlap, where a branch per record cost each its whole
+  // latency, about 100 cycles (docs/perf-notes.md, v17).
   template <int MAXN, class FM, class FL, class FO>
   KF_DEVICE void absorb_from(int n, FM rec_m, FL rec_l, FO rec_o) {
     auto each_record = [&](auto body) {
       if constexpr (MAXN > 0) {
 #pragma unroll
         for (int u = 0; u < MAXN; ++u)
-          if (u < n)
-            body(u);
+          body(u);
       } else {
+#pragma unroll 4
         for (int u = 0; u < n; ++u)
           body(u);
       }
@@ -506,15 +536,14 @@ template <int G, int D, int THREADS> struct record_merge {
         const int h = e / (D / 4), d = 4 * (e % (D / 4));
         float bmx = mx[q];
         each_record([&](int u) { bmx = fmaxf(bmx, rec_m(u, q, h)); });
-        const float c = mx[q] == -INFINITY ? 0.f : exp2f(mx[q] - bmx); // bmx >= mx, finite
+        const float c = exp2_weight(mx[q] - bmx); // bmx >= mx, finite
         acc[q].x *= c;
         acc[q].y *= c;
         acc[q].z *= c;
         acc[q].w *= c;
         l[q] *= c;
         each_record([&](int u) {
-          const float ms = rec_m(u, q, h);
-          const float f = ms == -INFINITY ? 0.f : exp2f(ms - bmx);
+          const float f = exp2_weight(rec_m(u, q, h) - bmx);
           const float4 v = rec_o(u, q, h, d);
           acc[q].x = fmaf(v.x, f, acc[q].x);
           acc[q].y = fmaf(v.y, f, acc[q].y);
@@ -527,13 +556,20 @@ template <int G, int D, int THREADS> struct record_merge {
     }
   }
 
-  // Merges the n records at recs (kRec floats apart, this block's shared memory).
-  KF_DEVICE void absorb(const float *recs, int n) {
-    absorb_from<0>(
-        n, [&](int u, int, int h) { return recs[u * kRec + G * D + h]; },
-        [&](int u, int, int h) { return recs[u * kRec + G * D + G + h]; },
+  // Merges the n records at recs (kRec floats apart, this block's shared
+  // memory). MAXN > 0 (n <= MAXN): unrolled over MAXN, the reads past n
+  // going to record 0 with its maximum read at neg_inf (a shared -inf), so
+  // that they weigh 0.
+  template <int MAXN> KF_DEVICE void absorb(const float *recs, int n, const float *neg_inf) {
+    auto at = [&](int u) { return MAXN == 0 || u < n ? u : 0; };
+    absorb_from<MAXN>(
+        n,
+        [&](int u, int, int h) {
+          return *(MAXN == 0 || u < n ? recs + u * kRec + G * D + h : neg_inf);
+        },
+        [&](int u, int, int h) { return recs[at(u) * kRec + G * D + G + h]; },
         [&](int u, int, int h, int d) {
-          return *reinterpret_cast<const float4 *>(recs + u * kRec + h * D + d);
+          return *reinterpret_cast<const float4 *>(recs + at(u) * kRec + h * D + d);
         });
   }
 
@@ -582,7 +618,8 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
                          : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
                                                             : SPLITS;
   __shared__ __align__(16) float stage[kStage * kPartFloats];
-  __shared__ int is_last; // block_arrives_last's answer
+  __shared__ int is_last;   // block_arrives_last's answer
+  __shared__ float neg_inf; // -inf, for the final merge's reads past its records
 
   const int kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
   const int len = row < rows ? seq_lens[row] : 0;
@@ -708,6 +745,8 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   constexpr int kSlotsFit = 1 + kStage * kRecBytes / (int)sizeof(part_t);
   constexpr int kSlots = kSlotsFit < 16 ? kSlotsFit : 16; // named barriers 1..15
   constexpr bool kSets = KF_ATTN_MERGE_SETS && G > 2;     // (see the knob)
+  constexpr bool kGuard = KF_ATTN_BRANCHY_FLUSH == 2 ||   // (see the knob)
+                          (KF_ATTN_BRANCHY_FLUSH == 1 && P::W == 2 && G > 2);
   constexpr int kMergeSets = !kSets ? 1 : kSlots < kRangesPerBlock ? kSlots : kRangesPerBlock;
   // Hand-off (named barriers, blocks of more than 2 ranges): warp j % NW
   // merges parked range j while the others stream on; they arrive at
@@ -779,7 +818,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       // parked (and arrived at its barrier) a range ago.
       if (j >= 1 && warp == (j - 1) % NW) {
         bar_sync(1 + j - 1, kAttnThreads);
-        merge_warps<G, D, NW, kWarpSize, 1, kSets>(
+        merge_warps<G, D, NW, kWarpSize, 1, kSets, kGuard>(
             1, [&](int) -> part_t & { return slot(j - 1); }, record_of(s - range_step), lane);
       }
     }
@@ -788,18 +827,18 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       continue; // the warps go on to the next range
     __syncthreads();
     if (n_ranges == 1) {
-      merge_warps<G, D, NW, kAttnThreads, 1, kSets>(
+      merge_warps<G, D, NW, kAttnThreads, 1, kSets, kGuard>(
           1, slot, [&](int, int h, int d, float acc, float, float l) {
             store_bf16(out_head0 + h * D + d, l > 0.f ? acc / l : 0.f);
           });
       return;
     }
     if constexpr (kHandOff) {
-      merge_warps<G, D, NW, kAttnThreads, 1, kSets>(
+      merge_warps<G, D, NW, kAttnThreads, 1, kSets, kGuard>(
           1, [&](int) -> part_t & { return slot(j); }, record_of(s));
     } else {
       const int s0 = s - j * range_step; // the first parked range
-      merge_warps<G, D, NW, kAttnThreads, kMergeSets, kSets>(
+      merge_warps<G, D, NW, kAttnThreads, kMergeSets, kSets, kGuard>(
           parked, slot, [&](int k, int h, int d, float acc, float mx, float l) {
             record_of(s0 + k * range_step)(k, h, d, acc, mx, l);
           });
@@ -826,6 +865,13 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       async_copy16(stage + 4 * c, src + 4 * c);
     async_commit();
   };
+  // A stage of up to 20 records is merged unrolled (18 for 4 heads: 1.6-3.4%
+  // faster at 8K tokens on the H200 than four at a time), a larger one four
+  // records at a time (32 for 2 heads unrolled was 0.4-2% slower at 8K, and
+  // 11% at 1K with one row: docs/perf-notes.md, v17).
+  constexpr int kStageUnroll = kStage <= 20 ? kStage : 0;
+  if (kStageUnroll > 0 && threadIdx.x == 0)
+    neg_inf = -INFINITY;                 // (read after the barrier that follows the copies)
   constexpr int kRest = SPLITS - kStage; // records past the first stage, at most
   merge_t all;
   if constexpr (kRest > 0 && kRest * merge_t::kEl <= 16) {
@@ -838,8 +884,9 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
 #pragma unroll
       for (int q = 0; q < merge_t::kEl; ++q) {
         const int e = (int)threadIdx.x + q * kAttnThreads;
-        rest_o[u][q] = make_float4(0.f, 0.f, 0.f, 0.f);
-        rest_m[u][q] = rest_l[u][q] = 0.f;
+        rest_o[u][q] = make_float4(0.f, 0.f, 0.f, 0.f); // (u >= nr: weighs 0)
+        rest_m[u][q] = -INFINITY;
+        rest_l[u][q] = 0.f;
         if (u < nr && e < G * D / 4) {
           const int h = e / (D / 4), d = 4 * (e % (D / 4));
           const float *r = ws_pair + (long long)(kStage + u) * kPartFloats;
@@ -851,7 +898,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
     }
     async_wait<0>();
     __syncthreads();
-    all.absorb(stage, nb);
+    all.template absorb<kStageUnroll>(stage, nb, &neg_inf);
     if (nr > 0)
       all.template absorb_from<kRest>(
           nr, [&](int u, int q, int) { return rest_m[u][q]; },
@@ -863,7 +910,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       copy_stage(s0, nb);
       async_wait<0>();
       __syncthreads();
-      all.absorb(stage, nb);
+      all.template absorb<kStageUnroll>(stage, nb, &neg_inf);
       __syncthreads(); // every thread is done with the stage before the next copy
     }
   }
