@@ -365,15 +365,21 @@ class Kernel:
         g, b, sh = self.launch["grid"], self.launch["block"], self.launch["shared_bytes"]
         if self.launch.get("programmatic"):
             # the runtime's programmatic launch: overlap with the previous kernel
-            attr = _LaunchAttr(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
-            attr.value[0] = 1
-            cfg = _LaunchConfig(g[0], g[1], g[2], b[0], b[1], b[2], sh, handle,
-                                ctypes.pointer(attr), 1)
-            _check(_driver().cuLaunchKernelEx(ctypes.byref(cfg), self._fn, ptrs, None),
-                   f"launch {self.entry['id']}")
+            launch_programmatic(self._fn, g, b, sh, handle, ptrs, f"launch {self.entry['id']}")
             return
         _check(_driver().cuLaunchKernel(self._fn, g[0], g[1], g[2], b[0], b[1], b[2], sh, handle,
                                         ptrs, None), f"launch {self.entry['id']}")
+
+
+def launch_programmatic(fn, grid, block, shared_bytes, stream_handle, ptrs, what):
+    """cuLaunchKernelEx with programmatic stream serialisation, as the
+    runtime launches a programmatic kernel: it may start while the kernel
+    before it on the stream finishes. grid, block: 3 dimensions each."""
+    attr = _LaunchAttr(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attr.value[0] = 1
+    cfg = _LaunchConfig(grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                        stream_handle, ctypes.pointer(attr), 1)
+    _check(_driver().cuLaunchKernelEx(ctypes.byref(cfg), fn, ptrs, None), what)
 
 
 _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
