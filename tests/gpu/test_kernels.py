@@ -11,8 +11,8 @@ poisons every output with NaN before the launch, and compares the real rows
 with an fp32 torch reference on upcast inputs: relative error <= 1e-2, no NaN
 (so every element was written). Pad rows must stay poisoned and their inputs
 unread. Batch invariance: a row's outputs, and the KV entries it writes, are
-bitwise the same alone at width 1, third of 4 rows, and second of 5 rows in a
-width-8 kernel with other companions.
+bitwise the same alone at width 1, second of 2 rows, third of 4 rows, and
+second of 5 rows in a width-8 kernel with other companions.
 """
 import os
 import sys
@@ -65,14 +65,15 @@ class _Base(unittest.TestCase):
 
     def assertInvariant(self, run, what):
         """run(list of row ids) -> per-row outputs (tuple of tensors, row-major).
-        Row 0 is the target: alone, third of 4, second of 5 (width 8)."""
-        configs = [[0], [1, 2, 0, 3], [4, 0, 5, 6, 7]]
+        Row 0 is the target: alone, second of 2, third of 4, second of 5
+        (width 8)."""
+        configs = [[0], [3, 0], [1, 2, 0, 3], [4, 0, 5, 6, 7]]
         results = []
         for ids in configs:
             outs = run(ids)
             at = ids.index(0)
             results.append(tuple(o[at] for o in outs))
-        for i in (1, 2):
+        for i in range(1, len(configs)):
             for j, (a, b) in enumerate(zip(results[0], results[i])):
                 self.assertBitwise(a, b, f"{what}: output {j}, config {configs[i]} vs alone")
 
@@ -291,10 +292,11 @@ class AttentionTests(_Base):
             self._check_rows(model, kv, [0, 1, 2, 3, 4], "long")
             q5 = L.randn(5, L.Shape(model).hq * L.Shape(model).d)
             outs = []
-            for ids in ([0], [1, 2, 0, 3], [4, 0, 3, 2, 1]):
+            for ids in ([0], [2, 0], [1, 2, 0, 3], [4, 0, 3, 2, 1]):
                 outs.append(self._run(model, q5[ids], kv, ids)[0][ids.index(0)])
-            self.assertBitwise(outs[0], outs[1], f"{model}: 128K row alone vs among 4")
-            self.assertBitwise(outs[0], outs[2], f"{model}: 128K row alone vs padded width 8")
+            self.assertBitwise(outs[0], outs[1], f"{model}: 128K row alone vs among 2")
+            self.assertBitwise(outs[0], outs[2], f"{model}: 128K row alone vs among 4")
+            self.assertBitwise(outs[0], outs[3], f"{model}: 128K row alone vs padded width 8")
 
 
 # ---- a whole decoder layer ---------------------------------------------------------------
