@@ -17,7 +17,6 @@ Blocks of 128 threads; the cap per SM is set, as the runtime sets it
 import argparse
 import ctypes
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -45,16 +44,12 @@ SPIN_NS = 40000
 _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
-_CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 
 
 def load_spin(arch):
     with tempfile.TemporaryDirectory() as d:
-        src, cubin = os.path.join(d, "spin.cu"), os.path.join(d, "spin.cubin")
-        with open(src, "w") as f:
-            f.write(SPIN)
-        subprocess.run([kf_direct.NVCC, f"-arch={arch}", "-cubin", "-o", cubin, src], check=True)
+        cubin = os.path.join(d, "spin.cubin")
+        kf_direct.compile_one(SPIN, cubin, arch)
         with open(cubin, "rb") as f:
             image = f.read()
     drv = kf_direct._driver()
@@ -69,9 +64,7 @@ def load_spin(arch):
 def probe(fn, out, size, per_sm, blocks):
     """(driver's max active clusters, blocks that started late, SMs used)."""
     import torch
-    sm_shared = kf_direct._device_attr(_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
-    reserved = kf_direct._device_attr(_CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)
-    shared = sm_shared // (per_sm + 1) + 1 - reserved
+    shared = kf_direct._capped_shared(fn, 0, per_sm)  # the runtime's cap
     drv = kf_direct._driver()
     kf_direct._check(drv.cuFuncSetAttribute(fn, kf_direct._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                             shared), "dynamic shared memory")
