@@ -323,6 +323,66 @@ void check_attention(int rows, std::vector<int> lens) {
   report(c);
 }
 
+// Batch invariance of decode_attention: each of `lens.size()` rows is run
+// alone at width 1, then in batches at widths 2, 4 and 8 beside other rows
+// (every row of every batch compared, pad rows left poisoned), and must give
+// the same bits, though each width has its blocks attend other sets of
+// ranges (one, two, four, eight) and merge them at other points.
+template <int D, int HQ, int HKV, int SPLITS>
+void check_attention_invariance(std::vector<int> lens) {
+  constexpr int G = HQ / HKV;
+  const int n = (int)lens.size();
+  const int max_len = *std::max_element(lens.begin(), lens.end());
+  const int per_row = (max_len + 15) / 16 + 1, pages = n * per_row;
+  bf16 q = random_bf16(n * HQ * D), kc = random_bf16((size_t)pages * 16 * HKV * D),
+       vc = random_bf16((size_t)pages * 16 * HKV * D);
+  std::vector<int> table(n * per_row);
+  for (int i = 0; i < n * per_row; ++i)
+    table[i] = (i * 11 + 5) % pages; // scattered pages
+  const int rec = G * D + 4 * ((G + 1) / 2);
+  // Rows `ids` at width W; returns the W rows' outputs.
+  auto run = [&](auto width, const std::vector<int> &ids) {
+    constexpr int W = decltype(width)::value;
+    bf16 qb(W * HQ * D, 0), out(W * HQ * D, kPoison);
+    std::vector<int> tb(W * per_row, 0), lb(W, 0);
+    for (int r = 0; r < (int)ids.size(); ++r) {
+      std::copy_n(q.begin() + ids[r] * HQ * D, HQ * D, qb.begin() + r * HQ * D);
+      std::copy_n(table.begin() + ids[r] * per_row, per_row, tb.begin() + r * per_row);
+      lb[r] = lens[ids[r]];
+    }
+    std::vector<float> ws((size_t)W * HKV * SPLITS * rec, NAN);
+    std::vector<int> sem(W * HKV, 0);
+    emu::launch({(SPLITS + W - 1) / W, HKV, W}, {128, 1, 1}, [&] {
+      kf::decode_attention_entry<AttnP<D, HQ, HKV, SPLITS, W>>(
+          dev(qb), dev(kc), dev(vc), tb.data(), per_row, lb.data(), dev(out), ws.data(), sem.data(),
+          (int)ids.size());
+    });
+    return out;
+  };
+  std::vector<bf16> alone(n);
+  for (int r = 0; r < n; ++r)
+    alone[r] = run(kf::int_tag<1>{}, {r});
+  Check c{format("decode_attention invariance D=%d G=%d SPLITS=%d (longest %d)", D, G, SPLITS,
+                 max_len)};
+  auto compare = [&](const bf16 &out, const std::vector<int> &ids, int w) {
+    for (int r = 0; r < w; ++r)
+      for (int i = 0; i < HQ * D; ++i)
+        c.same(out[r * HQ * D + i], r < (int)ids.size() ? alone[ids[r]][i] : kPoison);
+  };
+  // every row at widths 2 and 4, in other places and beside other rows
+  for (int r = 0; r + 1 < n; r += 2)
+    compare(run(kf::int_tag<2>{}, {r + 1, r}), {r + 1, r}, 2);
+  for (int r = 0; r + 1 < n; r += 2) {
+    const std::vector<int> four = {(r + 2) % n, r + 1, r};
+    compare(run(kf::int_tag<4>{}, four), four, 4);
+  }
+  std::vector<int> eight;
+  for (int r = n - 1; r >= 0; --r)
+    eight.push_back(r);
+  compare(run(kf::int_tag<8>{}, eight), eight, 8);
+  report(c);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -358,6 +418,10 @@ int main(int argc, char **argv) {
     check_attention<64, 3, 1, 4, 2>(2, {0, 64});
     // blocks of several ranges, and more ranges than their slots (G = 8: 2)
     check_attention<128, 8, 1, 16, 8>(6, {400, 17, 330, 1, 350, 0, 50, 70});
+    // 9-16 ranges of 4 tiles (513-1024 tokens), the last one short of a tile
+    // for some warps (530), blocks that flush their 4 slots twice (width 8,
+    // 32 lanes)
+    check_attention_invariance<64, 2, 1, 16>({1000, 530, 700, 1});
   } else {
     fprintf(stderr, "usage: emu_kernels norm|gemm|gate_up|rope|attention\n");
     return 2;
