@@ -265,6 +265,27 @@ template <int D, int HQ, int HKV, int SPLITS_, int W_> struct AttnP {
                        SPLITS = SPLITS_, W = W_;
 };
 
+// `launches` launches of decode_attention at width W on one workspace
+// (poisoned with NaN) and one set of semaphores (zero before the first),
+// the grid shaped as decode_attention.json shapes it; q, table (per_row
+// pages a row) and lens hold W rows, of which the first `rows` are real.
+// Returns the semaphores as the last launch left them.
+template <int D, int HQ, int HKV, int SPLITS, int W>
+std::vector<int> launch_attention(bf16 &q, bf16 &kc, bf16 &vc, std::vector<int> &table, int per_row,
+                                  std::vector<int> &lens, bf16 &out, int rows, int launches) {
+  constexpr int G = HQ / HKV;
+  const int rec = G * D + 4 * ((G + 1) / 2);
+  std::vector<float> ws((size_t)W * HKV * SPLITS * rec, NAN);
+  std::vector<int> sem(W * HKV, 0);
+  for (int launch = 0; launch < launches; ++launch)
+    emu::launch({(SPLITS + W - 1) / W, HKV, W}, {128, 1, 1}, [&] {
+      kf::decode_attention_entry<AttnP<D, HQ, HKV, SPLITS, W>>(
+          dev(q), dev(kc), dev(vc), table.data(), per_row, lens.data(), dev(out), ws.data(),
+          sem.data(), rows);
+    });
+  return sem;
+}
+
 // Two launches on the same workspace and semaphores: the first must leave
 // the counters at zero for the second.
 template <int D, int HQ, int HKV, int SPLITS, int W>
@@ -277,15 +298,8 @@ void check_attention(int rows, std::vector<int> lens) {
   std::vector<int> table(W * per_row);
   for (int i = 0; i < W * per_row; ++i)
     table[i] = (i * 7 + 3) % pages; // scattered pages
-  const int rec = G * D + 4 * ((G + 1) / 2);
-  std::vector<float> ws((size_t)W * HKV * SPLITS * rec, NAN);
-  std::vector<int> sem(W * HKV, 0);
-  for (int launch = 0; launch < 2; ++launch)
-    emu::launch({(SPLITS + W - 1) / W, HKV, W}, {128, 1, 1}, [&] { // decode_attention.json
-      kf::decode_attention_entry<AttnP<D, HQ, HKV, SPLITS, W>>(
-          dev(q), dev(kc), dev(vc), table.data(), per_row, lens.data(), dev(out), ws.data(),
-          sem.data(), rows);
-    });
+  const std::vector<int> sem =
+      launch_attention<D, HQ, HKV, SPLITS, W>(q, kc, vc, table, per_row, lens, out, rows, 2);
   Check c{format("decode_attention D=%d G=%d HKV=%d SPLITS=%d W=%d rows=%d (longest %d)", D, G, HKV,
                  SPLITS, W, rows, max_len)};
   for (int s : sem)
@@ -339,7 +353,6 @@ void check_attention_invariance(std::vector<int> lens) {
   std::vector<int> table(n * per_row);
   for (int i = 0; i < n * per_row; ++i)
     table[i] = (i * 11 + 5) % pages; // scattered pages
-  const int rec = G * D + 4 * ((G + 1) / 2);
   // Rows `ids` at width W; returns the W rows' outputs.
   auto run = [&](auto width, const std::vector<int> &ids) {
     constexpr int W = decltype(width)::value;
@@ -350,13 +363,7 @@ void check_attention_invariance(std::vector<int> lens) {
       std::copy_n(table.begin() + ids[r] * per_row, per_row, tb.begin() + r * per_row);
       lb[r] = lens[ids[r]];
     }
-    std::vector<float> ws((size_t)W * HKV * SPLITS * rec, NAN);
-    std::vector<int> sem(W * HKV, 0);
-    emu::launch({(SPLITS + W - 1) / W, HKV, W}, {128, 1, 1}, [&] {
-      kf::decode_attention_entry<AttnP<D, HQ, HKV, SPLITS, W>>(
-          dev(qb), dev(kc), dev(vc), tb.data(), per_row, lb.data(), dev(out), ws.data(), sem.data(),
-          (int)ids.size());
-    });
+    launch_attention<D, HQ, HKV, SPLITS, W>(qb, kc, vc, tb, per_row, lb, out, (int)ids.size(), 1);
     return out;
   };
   std::vector<bf16> alone(n);
