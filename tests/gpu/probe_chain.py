@@ -2,14 +2,14 @@
 """What one link of a chain of dependent launches costs on this GPU.
 
 The Qwen3-0.6B projections take 2.8-3.7 us a launch in a CUDA graph however
-few their weight bytes (docs/perf-notes.md, v13): the chain of the wait for
-the kernel before, one activation round trip, the block's sum and the store.
-This times that chain without a projection around it. Each launch of
-kf_chain holds `bytes` of a rotated buffer (its share copied into shared
-memory with cp.async before anything waits: the most a projection can do
-ahead of its input), then waits for the launch before, reads the word it
-wrote, folds in what it held and writes one word for the next launch. How
-it waits:
+few their weight bytes (docs/perf-notes.md, v13), which v13 read as the
+chain from one launch to the next: the wait for the kernel before, one
+activation round trip, the block's sum and the store. This times that chain
+without a projection around it. Each launch of kf_chain holds --mb MB of a
+rotated buffer (its share copied into shared memory with cp.async before
+anything waits: the most a projection can do ahead of its input), then
+waits for the launch before, reads the word it wrote, folds in what it held
+and writes one word for the next launch. How it waits:
 - graph: a plain launch; the graph's edge orders it after the one before;
 - pdl: a programmatic launch that releases the next one first and waits in
   griddepcontrol.wait (for the whole launch before to finish), as the
@@ -20,18 +20,9 @@ it waits:
   after its store. Safe from deadlock because a launch is released only
   once every block of the one before has started.
 It prints us per launch, median of 15 replays of a graph of many launches.
-
-Then the same for attention's shape without its arithmetic (kf_split_merge):
-width 1's launch of decode_attention (32 ranges x 8 kv heads, 128 threads)
-streams --kv-mb a launch, each block holding some of its share ahead of the
-wait, writes a 2 KB record, and the last block of each head to finish sums
-the head's records, as decode_attention's final merge does; with and
-without that merge, and with or without room on the SM for the next
-launch's blocks (decode_attention's registers leave none at width 1).
 No verdict: the figures are for reading.
 
 Usage: python3 tests/gpu/probe_chain.py [--mb 0,4.2,8.4,12.6] [--blocks 132,264]
-                                        [--kv-mb 33.5]
 """
 import argparse
 import ctypes
@@ -95,62 +86,6 @@ ENTRY(kf_chain_graph, 0)
 ENTRY(kf_chain_pdl, 1)
 ENTRY(kf_chain_flag, 2)
 
-// Attention's shape without its arithmetic: block (s, g) of S x G streams its
-// share of kv (holding `hold` words of it in shared memory from before the
-// wait), writes a 2 KB record, and with `merge` the last block of group g to
-// finish (a counter, as decode_attention's semaphores) sums the group's S
-// records into out[g] and zeroes the counter.
-extern "C" __global__ void kf_split_merge(const uint4 *kv, long long per, int hold, const unsigned *din,
-                                          unsigned *dout, float4 *rec, unsigned *sem, float4 *out,
-                                          int merge) {
-  extern __shared__ uint4 held[];
-  __shared__ unsigned last;
-  const int S = gridDim.x, g = blockIdx.y, b = g * S + blockIdx.x;
-  asm volatile("griddepcontrol.launch_dependents;");
-  const uint4 *p = kv + b * per;
-  for (int i = threadIdx.x; i < hold; i += blockDim.x) {
-    const unsigned dst = (unsigned)__cvta_generic_to_shared(held + i);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(p + i) : "memory");
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  unsigned acc = *(volatile const unsigned *)(din + b);
-  for (long long i = hold + threadIdx.x; i < per; i += 4 * blockDim.x) {
-    uint4 a = __ldcs(p + i), c = make_uint4(0, 0, 0, 0), d = c, e = c;
-    if (i + blockDim.x < per) c = __ldcs(p + i + blockDim.x);
-    if (i + 2 * blockDim.x < per) d = __ldcs(p + i + 2 * blockDim.x);
-    if (i + 3 * blockDim.x < per) e = __ldcs(p + i + 3 * blockDim.x);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w ^ e.x ^ e.y ^ e.z ^ e.w;
-  }
-  asm volatile("cp.async.wait_all;" ::: "memory");
-  __syncthreads();
-  for (int i = threadIdx.x; i < hold; i += blockDim.x) {
-    const uint4 a = held[i];
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
-  rec[b * blockDim.x + threadIdx.x] = make_float4(__uint_as_float(acc & 0x3fffffffu), 1.f, 2.f, 3.f);
-  dout[b] = acc;
-  if (!merge) return;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(sem + g, 1u) == (unsigned)S - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = 0; s0 < S; s0 += 8) {
-    float4 r[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      r[k] = s0 + k < S ? __ldcg(rec + (g * S + s0 + k) * blockDim.x + threadIdx.x) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      sum.x += r[k].x; sum.y += r[k].y; sum.z += r[k].z; sum.w += r[k].w;
-    }
-  }
-  out[g * blockDim.x + threadIdx.x] = sum;
-  if (threadIdx.x == 0) sem[g] = 0;
-}
 """
 
 MODES = ("graph", "pdl", "flag")
@@ -168,10 +103,9 @@ def build():
     mod = ctypes.c_void_p()
     kf_direct._check(drv.cuModuleLoadData(ctypes.byref(mod), open(cubin, "rb").read()), "chain module")
     fns = {}
-    for m in MODES + ("split_merge",):
+    for m in MODES:
         f = ctypes.c_void_p()
-        name = "kf_split_merge" if m == "split_merge" else f"kf_chain_{m}"
-        kf_direct._check(drv.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), m)
+        kf_direct._check(drv.cuModuleGetFunction(ctypes.byref(f), mod, f"kf_chain_{m}".encode()), m)
         kf_direct._check(drv.cuFuncSetAttribute(f, kf_direct._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                 200 * 1024), f"{m} smem")
         fns[m] = f
@@ -224,77 +158,11 @@ def time_chain(fn, mode, bufs, per, blocks, threads, reps, replays=15):
     return replay_us(g, reps, replays)
 
 
-def time_split_merge(fn, bufs, per, hold, reserve, merge, splits=32, groups=8, threads=128, replays=15):
-    """us per launch of kf_split_merge chained programmatically in one graph,
-    as bench-kernels chains decode_attention; checks the merges ran."""
-    blocks = splits * groups
-    words = [torch.zeros(blocks, dtype=torch.int32, device="cuda") for _ in range(2)]
-    rec = torch.empty(blocks * threads * 4, dtype=torch.float32, device="cuda")
-    sem = torch.zeros(groups, dtype=torch.int32, device="cuda")
-    out = torch.full((groups * threads * 4,), float("nan"), dtype=torch.float32, device="cuda")
-    st = torch.cuda.Stream()
-    handle = ctypes.c_void_p(st.cuda_stream)
-    shared = max(hold * 16, reserve)
-    reps = len(bufs) * max(1, math.ceil(24 / len(bufs)))
-
-    def launch(k):
-        vals = [ctypes.c_void_p(bufs[k % len(bufs)].data_ptr()), ctypes.c_longlong(per), ctypes.c_int(hold),
-                ctypes.c_void_p(words[k % 2].data_ptr()), ctypes.c_void_p(words[(k + 1) % 2].data_ptr()),
-                ctypes.c_void_p(rec.data_ptr()), ctypes.c_void_p(sem.data_ptr()), ctypes.c_void_p(out.data_ptr()),
-                ctypes.c_int(merge)]
-        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
-        kf_direct.launch_programmatic(fn, (splits, groups, 1), (threads, 1, 1), shared, handle, ptrs, "launch")
-
-    g = torch.cuda.CUDAGraph()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.graph(g, stream=st):
-        for k in range(reps):
-            launch(k)
-    g.replay()
-    torch.cuda.synchronize()
-    if merge and (int(sem.abs().sum().item()) != 0 or
-                  not torch.all(out.view(-1, 4)[:, 1] == float(splits)).item()):
-        raise SystemExit("split_merge: a merge did not run or left its counter raised")
-    return replay_us(g, reps, replays)
-
-
-def merge_table(fns, kv_mb):
-    """Attention's split and last-block merge at decode_attention's width-1
-    launch (32 ranges x 8 kv heads, 128 threads), no arithmetic."""
-    import importlib.machinery
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench-kernels")
-    loader = importlib.machinery.SourceFileLoader("kf_bench_kernels", path)
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    bk = importlib.util.module_from_spec(spec)
-    loader.exec_module(bk)
-    ceiling = bk.measure_ceilings(bk.Probe())["read_bw"]
-    blocks = 256
-    per = math.ceil(kv_mb * 1e6 / 16 / blocks)
-    nbytes = per * 16 * blocks
-    c = max(2, min(32, math.ceil(180e6 / nbytes)))
-    bufs = [torch.empty(nbytes // 4, dtype=torch.int32, device="cuda").random_() for _ in range(c)]
-    print(f"split and merge, {nbytes / 1e6:.1f} MB a launch over 32 x 8 blocks of 128 threads "
-          f"(read ceiling {ceiling / 1e12:.2f} TB/s): us per launch, % of the ceiling")
-    print(f"{'held KB':>7s} {'2 a SM':>6s} {'no merge':>15s} {'last-block merge':>17s}")
-    for hold_kb in (0, 16, 32, 64):
-        for reserve in (0, 100 * 1024):
-            row = []
-            for merge in (0, 1):
-                t = time_split_merge(fns["split_merge"], bufs, per, hold_kb * 1024 // 16, reserve, merge)
-                row.append(f"{t:7.2f} {nbytes / (t * 1e-6) / ceiling * 100:5.1f}%")
-            print(f"{hold_kb:7d} {'yes' if reserve else 'no':>6s} {row[0]:>15s} {row[1]:>17s}", flush=True)
-    del bufs
-    torch.cuda.empty_cache()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", default="0,4.2,8.4,12.6", help="MB held per launch (weights of 0.6B o, qkv, gate_up)")
     ap.add_argument("--blocks", default="132,264")
     ap.add_argument("--threads", type=int, default=512)
-    ap.add_argument("--kv-mb", type=float, default=33.5,
-                    help="then the split-and-merge table at this many MB a launch (0: none)")
     a = ap.parse_args()
     mod, fns = build()  # noqa: F841 (the module must outlive the launches)
     print(f"{torch.cuda.get_device_name()}: us per launch in a graph of chained launches "
@@ -313,8 +181,6 @@ def main():
             print(f"{mb:5.1f} {blocks:6d} " + " ".join(f"{t:7.2f}" for t in row), flush=True)
             del bufs
             torch.cuda.empty_cache()
-    if a.kv_mb:
-        merge_table(fns, a.kv_mb)
 
 
 if __name__ == "__main__":
