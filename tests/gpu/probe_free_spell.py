@@ -10,10 +10,11 @@ allocates that many GiB in 1 GiB pieces, frees them to the driver at once
 sum, in bursts of 10) a buffer allocated at the start and then the new one.
 It prints the median of 20 bursts of each, beside the same with nothing
 freed. With --trace it times instead how long the spell lasts: after each
-free (and, in a second pass, the new allocation) it reads the old buffer
-back to back for about a second, one sum at a time, and reports when the rate
-came back to within 3% of the rate before the free for 20 sums in a row,
-and the GiB freed over that time. The open driver scrubs freed video
+free (in a second pass followed by a new 1 GiB allocation) it reads the old
+buffer back to back for about a second, one sum at a time, and reports when
+the rate came back to within 3% of the rate before the free for 20 sums in
+a row, and the GiB freed over that time; a third pass reads the new buffer
+instead ("read new": does memory allocated during the spell stay slow?). The open driver scrubs freed video
 memory with a copy engine in the background (scrub on free, on for
 GH100); a spell that grows with the size freed, at a steady rate, would
 point there. No verdict: the figures are for reading.
@@ -51,12 +52,15 @@ def free_gib(n):
 
 
 def spell(t, n, alloc, seconds=1.0, tolerance=0.97, settled=20):
-    """(ms until reads of t settle back, mean GB/s before that, GB/s before
-    the free) after freeing n GiB (then allocating 1 GiB if alloc)."""
+    """(ms until reads settle back, mean GB/s before that, GB/s before the
+    free) after freeing n GiB. alloc: None, nothing more; "old", a 1 GiB
+    allocation, then t is read; "new", the same, then the new buffer is."""
     size = t.numel() * t.element_size()
     before = read_gbs(t, bursts=5)
     free_gib(n)
     fresh = torch.empty(size // 2, dtype=torch.bfloat16, device="cuda").normal_() if alloc else None
+    if alloc == "new":
+        t = fresh
     start = torch.cuda.Event(enable_timing=True)
     start.record()
     ends = []
@@ -77,14 +81,13 @@ def spell(t, n, alloc, seconds=1.0, tolerance=0.97, settled=20):
 def trace(old, sizes):
     print(f"{'freed GiB':>9s} {'then':>9s} {'spell ms':>8s} {'GB/s in it':>10s} {'GB/s before':>11s} "
           f"{'GiB/s freed':>11s}")
-    for alloc in (False, True):
+    for alloc, what in ((None, "nothing"), ("old", "alloc 1G"), ("new", "read new")):
         for n in sizes:
             torch.cuda.empty_cache()
             time.sleep(1)
             ms, during, before = spell(old, n, alloc)
             rate = n / (ms * 1e-3) if ms > 0 else float("nan")
-            print(f"{n:9d} {'alloc 1G' if alloc else 'nothing':>9s} {ms:8.1f} {during:10.0f} {before:11.0f} "
-                  f"{rate:11.0f}", flush=True)
+            print(f"{n:9d} {what:>9s} {ms:8.1f} {during:10.0f} {before:11.0f} {rate:11.0f}", flush=True)
 
 
 def main():
