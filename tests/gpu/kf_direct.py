@@ -371,6 +371,17 @@ class Kernel:
                                         ptrs, None), f"launch {self.entry['id']}")
 
 
+def load_bench_kernels():
+    """scripts/bench-kernels as a module (its timing and input helpers)."""
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("kf_bench_kernels",
+                                                  os.path.join(ROOT, "scripts", "bench-kernels"))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(mod)
+    return mod
+
+
 def launch_programmatic(fn, grid, block, shared_bytes, stream_handle, ptrs, what):
     """cuLaunchKernelEx with programmatic stream serialisation, as the
     runtime launches a programmatic kernel: it may start while the kernel

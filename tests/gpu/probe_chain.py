@@ -19,7 +19,8 @@ and writes one word for the next launch. How it waits:
   counter that each block of the launch before raises (red.release.gpu)
   after its store. Safe from deadlock because a launch is released only
   once every block of the one before has started.
-It prints us per launch, median of 15 replays of a graph of many launches.
+It prints us per launch: bench-kernels' time_graph (median of 15 replays
+of a graph of many launches).
 No verdict: the figures are for reading.
 
 Usage: python3 tests/gpu/probe_chain.py [--mb 0,4.2,8.4,12.6] [--blocks 132,264]
@@ -28,7 +29,6 @@ import argparse
 import ctypes
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,7 +85,6 @@ __device__ void chain(const uint4 *w, long long per, const unsigned *din, unsign
 ENTRY(kf_chain_graph, 0)
 ENTRY(kf_chain_pdl, 1)
 ENTRY(kf_chain_flag, 2)
-
 """
 
 MODES = ("graph", "pdl", "flag")
@@ -112,50 +111,31 @@ def build():
     return mod, fns
 
 
-def replay_us(g, launches, replays):
-    """us per launch of graph g of `launches` launches, median of replays."""
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / launches)
-    return statistics.median(times)
-
-
-def time_chain(fn, mode, bufs, per, blocks, threads, reps, replays=15):
-    """us per launch of `reps` chained launches in one graph (median of replays)."""
+def time_chain(bk, fn, mode, bufs, per, blocks, threads, reps):
+    """us per launch of `reps` chained launches (bench-kernels' time_graph)."""
     words = [torch.zeros(blocks, dtype=torch.int32, device="cuda") for _ in range(2)]
     cnt = torch.zeros(reps + 1, dtype=torch.int32, device="cuda")
-    st = torch.cuda.Stream()
-    handle = ctypes.c_void_p(st.cuda_stream)
     shared = per * 16
 
     def launch(k):
+        if k == 0:
+            cnt.zero_()  # a node of the graph: each replay's counters start at 0
         vals = [ctypes.c_void_p(bufs[k % len(bufs)].data_ptr()), ctypes.c_longlong(per),
                 ctypes.c_void_p(words[k % 2].data_ptr()), ctypes.c_void_p(words[(k + 1) % 2].data_ptr()),
                 ctypes.c_void_p(cnt.data_ptr() + 4 * k), ctypes.c_void_p(cnt.data_ptr() + 4 * (k + 1)),
                 ctypes.c_uint(0 if k == 0 else blocks)]
         ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+        handle = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         if mode == "graph":
             kf_direct._check(kf_direct._driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, shared, handle,
                                                                 ptrs, None), "launch")
         else:
             kf_direct.launch_programmatic(fn, (blocks, 1, 1), (threads, 1, 1), shared, handle, ptrs, "launch")
 
-    g = torch.cuda.CUDAGraph()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.graph(g, stream=st):
-        cnt.zero_()
-        for k in range(reps):
-            launch(k)
-    g.replay()
-    torch.cuda.synchronize()
+    t = bk.time_graph(launch, reps)
     if mode == "flag" and int(cnt[reps].item()) != blocks:
         raise SystemExit(f"flag chain: last counter {int(cnt[reps].item())}, expected {blocks}")
-    return replay_us(g, reps, replays)
+    return t * 1e6
 
 
 def main():
@@ -165,6 +145,7 @@ def main():
     ap.add_argument("--threads", type=int, default=512)
     a = ap.parse_args()
     mod, fns = build()  # noqa: F841 (the module must outlive the launches)
+    bk = kf_direct.load_bench_kernels()
     print(f"{torch.cuda.get_device_name()}: us per launch in a graph of chained launches "
           f"(median of 15 replays; {a.threads} threads a block)")
     print(f"{'MB':>5s} {'blocks':>6s} " + " ".join(f"{m:>7s}" for m in MODES))
@@ -177,7 +158,7 @@ def main():
             c = max(2, min(64, math.ceil(180e6 / nbytes)))
             bufs = [torch.empty(nbytes // 4, dtype=torch.int32, device="cuda").random_() for _ in range(c)]
             reps = c * max(1, math.ceil(48 / c))
-            row = [time_chain(fns[m], m, bufs, per, blocks, a.threads, reps) for m in MODES]
+            row = [time_chain(bk, fns[m], m, bufs, per, blocks, a.threads, reps) for m in MODES]
             print(f"{mb:5.1f} {blocks:6d} " + " ".join(f"{t:7.2f}" for t in row), flush=True)
             del bufs
             torch.cuda.empty_cache()
