@@ -4,20 +4,22 @@
 On the H200, every read ran about 10% slower for a spell around large frees,
 whatever buffer it read (docs/perf-notes.md, v21 runs 7-10; v22 run 3
 timed it: about 2 ms per GiB freed): a benchmark timed in that spell reads
-low, and comes out bimodal. For each size this
-allocates that many GiB in 1 GiB pieces, frees them to the driver at once
-(torch's empty_cache), allocates a new 1 GiB buffer, and then reads (a torch
-sum, in bursts of 10) a buffer allocated at the start and then the new one.
-It prints the median of 20 bursts of each, beside the same with nothing
-freed. With --trace it times instead how long the spell lasts: after each
-free (in a second pass followed by a new 1 GiB allocation) it reads the old
+low, and comes out bimodal. For each size this allocates that many GiB in
+1 GiB pieces, frees them to the driver at once (torch's empty_cache),
+allocates a new 1 GiB buffer, and then reads (a torch sum, in bursts of 10)
+a buffer allocated at the start and then the new one. It prints the median
+of 20 bursts of each, beside the same with nothing freed.
+
+With --trace it times instead how long the spell lasts: after each free
+(in a second pass followed by a new 1 GiB allocation) it reads the old
 buffer back to back for about a second, one sum at a time, and reports when
 the rate came back to within 3% of the rate before the free for 20 sums in
 a row, and the GiB freed over that time; a third pass reads the new buffer
-instead ("read new": does memory allocated during the spell stay slow?). The open driver scrubs freed video
-memory with a copy engine in the background (scrub on free, on for
-GH100); a spell that grows with the size freed, at a steady rate, would
-point there. No verdict: the figures are for reading.
+instead ("read new": does memory allocated during the spell stay slow?).
+The open driver scrubs freed video memory with a copy engine in the
+background (scrub on free, on for GH100); a spell that grows with the size
+freed, at a steady rate, points there. No verdict: the figures are for
+reading.
 
 Usage: python3 tests/gpu/probe_free_spell.py [--sizes 0,4,8,16,64] [--trace]
 """
