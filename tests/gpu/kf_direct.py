@@ -371,6 +371,33 @@ class Kernel:
                                         ptrs, None), f"launch {self.entry['id']}")
 
 
+def load_probe(src, names, max_shared=0):
+    """Compiles the CUDA source of a probe in tests/gpu for this GPU and
+    loads it: (module, {name: function}), each function allowed max_shared
+    bytes of dynamic shared memory. Keep the module while launching."""
+    import tempfile
+    import torch
+    torch.zeros(1, device="cuda")  # torch's primary context, current before the driver calls
+    cc = torch.cuda.get_device_capability()
+    with tempfile.TemporaryDirectory() as d:
+        cubin = os.path.join(d, "probe.cubin")
+        compile_one(src, cubin, f"sm_{cc[0]}{cc[1]}")
+        with open(cubin, "rb") as f:
+            image = f.read()
+    drv = _driver()
+    mod = ctypes.c_void_p()
+    _check(drv.cuModuleLoadData(ctypes.byref(mod), image), "load the probe")
+    fns = {}
+    for name in names:
+        fn = ctypes.c_void_p()
+        _check(drv.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()), name)
+        if max_shared:
+            _check(drv.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_shared),
+                   f"{name}: shared memory")
+        fns[name] = fn
+    return mod, fns
+
+
 def load_bench_kernels():
     """scripts/bench-kernels as a module (its timing and input helpers)."""
     import importlib.machinery

@@ -40,9 +40,7 @@ import ctypes
 import itertools
 import math
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 
@@ -137,24 +135,7 @@ MAX_SHARED = 200 * 1024
 
 
 def build():
-    torch.zeros(1, device="cuda")  # the primary context, current, before the driver calls
-    d = tempfile.mkdtemp(prefix="kf-attn-bound-")
-    cu, cubin = os.path.join(d, "bound.cu"), os.path.join(d, "bound.cubin")
-    open(cu, "w").write(SRC)
-    cc = torch.cuda.get_device_capability()
-    subprocess.run([kf_direct.NVCC, "-O3", "-std=c++17", f"-gencode=arch=compute_{cc[0]}{cc[1]},code=sm_{cc[0]}{cc[1]}",
-                    "-cubin", "-o", cubin, cu], check=True)
-    drv = kf_direct._driver()
-    mod = ctypes.c_void_p()
-    kf_direct._check(drv.cuModuleLoadData(ctypes.byref(mod), open(cubin, "rb").read()), "attention bound module")
-    fns = {}
-    for name in (f"kf_{m}_s{st}" for m in KINDS for st in STAGES):
-        f = ctypes.c_void_p()
-        kf_direct._check(drv.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), name)
-        kf_direct._check(drv.cuFuncSetAttribute(f, kf_direct._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                MAX_SHARED), f"{name} smem")
-        fns[name] = f
-    return mod, fns
+    return kf_direct.load_probe(SRC, [f"kf_{m}_s{st}" for m in KINDS for st in STAGES], MAX_SHARED)
 
 
 def time_shape(bk, fn, kv, length, rows, splits, threads, hold, stages, rec):

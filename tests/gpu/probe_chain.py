@@ -29,9 +29,7 @@ import argparse
 import ctypes
 import math
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 
@@ -91,24 +89,8 @@ MODES = ("graph", "pdl", "flag")
 
 
 def build():
-    torch.zeros(1, device="cuda")  # the primary context, current, before the driver calls
-    d = tempfile.mkdtemp(prefix="kf-chain-")
-    cu, cubin = os.path.join(d, "chain.cu"), os.path.join(d, "chain.cubin")
-    open(cu, "w").write(SRC)
-    cc = torch.cuda.get_device_capability()
-    subprocess.run([kf_direct.NVCC, "-O3", f"-gencode=arch=compute_{cc[0]}{cc[1]},code=sm_{cc[0]}{cc[1]}",
-                    "-cubin", "-o", cubin, cu], check=True)
-    drv = kf_direct._driver()
-    mod = ctypes.c_void_p()
-    kf_direct._check(drv.cuModuleLoadData(ctypes.byref(mod), open(cubin, "rb").read()), "chain module")
-    fns = {}
-    for m in MODES:
-        f = ctypes.c_void_p()
-        kf_direct._check(drv.cuModuleGetFunction(ctypes.byref(f), mod, f"kf_chain_{m}".encode()), m)
-        kf_direct._check(drv.cuFuncSetAttribute(f, kf_direct._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                200 * 1024), f"{m} smem")
-        fns[m] = f
-    return mod, fns
+    mod, fns = kf_direct.load_probe(SRC, [f"kf_chain_{m}" for m in MODES], 200 * 1024)
+    return mod, {m: fns[f"kf_chain_{m}"] for m in MODES}
 
 
 def time_chain(bk, fn, mode, bufs, per, blocks, threads, reps):
