@@ -18,7 +18,6 @@ import argparse
 import ctypes
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kf_direct  # noqa: E402
@@ -46,19 +45,14 @@ _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 
 
-def load_spin(arch):
-    with tempfile.TemporaryDirectory() as d:
-        cubin = os.path.join(d, "spin.cubin")
-        kf_direct.compile_one(SPIN, cubin, arch)
-        with open(cubin, "rb") as f:
-            image = f.read()
+def load_spin():
+    """(module, the spin function), allowed clusters over 8 blocks."""
+    mod, fns = kf_direct.load_probe(SPIN, ["spin"])
+    fn = fns["spin"]
     drv = kf_direct._driver()
-    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
-    kf_direct._check(drv.cuModuleLoadData(ctypes.byref(mod), image), "load the probe")
-    kf_direct._check(drv.cuModuleGetFunction(ctypes.byref(fn), mod, b"spin"), "probe symbol")
     kf_direct._check(drv.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                      "non-portable cluster sizes")
-    return fn
+    return mod, fn
 
 
 def probe(fn, out, size, per_sm, blocks):
@@ -95,7 +89,7 @@ def main():
     cc = torch.cuda.get_device_capability()
     if cc[0] < 9:
         sys.exit(f"probe_clusters: clusters need sm_90 or later; this GPU is sm_{cc[0]}{cc[1]}")
-    fn = load_spin(f"sm_{cc[0]}{cc[1]}")
+    mod, fn = load_spin()  # noqa: F841 (the module must outlive the launches)
     sms = kf_direct._device_attr(_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
     out = torch.zeros(2 * a.blocks, dtype=torch.int64, device="cuda")
     print(f"{torch.cuda.get_device_name()}: {sms} SMs; {a.blocks} blocks of 128 threads, "
