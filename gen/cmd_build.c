@@ -9,10 +9,12 @@
 
 static const char build_usage[] =
     "usage: kforge build [--arch LIST] [--cache DIR] [--out DIR] [-j N] [-I DIR]\n"
-    "                    [--template-dir DIR] [--json] MODEL.json...\n"
+    "                    [--template-dir DIR] [--define NAME[=VALUE]] [--json] MODEL.json...\n"
     "Validates the descriptions, writes the generated sources under --out, keys every\n"
     "kernel and compiles what the cache lacks. Last line: 'N kernels: H cached, C compiled,\n"
-    "F failed'. Exit 0 on success, 1 if a compile failed, 2 on bad input.\n";
+    "F failed'. --define (or -D) passes -DNAME[=VALUE] to the compiler for a tuning\n"
+    "variant; it enters the key like every compile argument. Exit 0 on success, 1 if a\n"
+    "compile failed, 2 on bad input.\n";
 
 static const char warm_usage[] =
     "usage: kforge warm [--arch LIST] [--cache DIR] [--out DIR] [-j N] MODEL.json...\n"

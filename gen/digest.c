@@ -89,7 +89,7 @@ static void add_root(kf_compile_setup *cs, const char *dir, char *label) {
 
 void kf_compile_setup_init(kf_compile_setup *cs, const kf_instance *in, const kf_toolchain *tc,
                            const char *out_dir, const char *templates_dir,
-                           const kf_strv *extra_template_dirs) {
+                           const kf_strv *extra_template_dirs, const kf_strv *defines) {
   memset(cs, 0, sizeof *cs);
   int t = 0;
   for (size_t i = 0; i < in->model->template_dirs.n; i++)
@@ -100,6 +100,8 @@ void kf_compile_setup_init(kf_compile_setup *cs, const kf_instance *in, const kf
   for (size_t i = 0; i < in->model->include_dirs.n; i++)
     add_root(cs, in->model->include_dirs.v[i], kf_xasprintf("@inc%zu", i));
   kf_toolchain_compile_args(tc, in->arch, &cs->roots, &cs->compile_args);
+  for (size_t i = 0; defines && i < defines->n; i++)
+    kf_strv_push_owned(&cs->compile_args, kf_xasprintf("-D%s", defines->v[i]));
   for (size_t i = 0; i < cs->compile_args.n; i++) {
     const char *a = cs->compile_args.v[i];
     char *k = NULL;

@@ -45,9 +45,12 @@ typedef struct {
   char *source_path;    /* absolute path where the source is written */
 } kf_compile_setup;
 
+/* defines: "NAME" or "NAME=VALUE" (from `--define`), passed to the compiler as
+ * -D after the toolchain's own arguments, so they enter the key as ordinary
+ * argument records and the include closure is replayed with them. */
 void kf_compile_setup_init(kf_compile_setup *cs, const kf_instance *in, const kf_toolchain *tc,
                            const char *out_dir, const char *templates_dir,
-                           const kf_strv *extra_template_dirs);
+                           const kf_strv *extra_template_dirs, const kf_strv *defines);
 void kf_compile_setup_free(kf_compile_setup *cs);
 
 /* Computes the records and key of an instance. Returns 0, or -1 with *err

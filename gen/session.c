@@ -48,6 +48,18 @@ static void split_list(const char *s, kf_strv *out) {
   free(copy);
 }
 
+/* NAME or NAME=VALUE, NAME an identifier: what `-D` means to every compiler
+ * kforge drives, so a tuning variant cannot smuggle in another option. */
+static int valid_define(const char *d) {
+  if (!(*d == '_' || (*d >= 'A' && *d <= 'Z') || (*d >= 'a' && *d <= 'z')))
+    return 0;
+  for (d++; *d && *d != '='; d++)
+    if (!(*d == '_' || (*d >= 'A' && *d <= 'Z') || (*d >= 'a' && *d <= 'z') ||
+          (*d >= '0' && *d <= '9')))
+      return 0;
+  return 1;
+}
+
 int kf_cli_parse(kf_cli *cli, int argc, char **argv, const char *usage,
                  int (*extra)(const char *opt, const char *val, void *ctx), void *ctx) {
   memset(cli, 0, sizeof *cli);
@@ -79,7 +91,8 @@ int kf_cli_parse(kf_cli *cli, int argc, char **argv, const char *usage,
     if (a[1] == '-' && eq) {
       opt = kf_xstrndup(a, (size_t)(eq - a));
       val = eq + 1;
-    } else if (a[1] != '-' && a[2] != '\0' && (a[1] == 'I' || a[1] == 'j' || a[1] == 'o')) {
+    } else if (a[1] != '-' && a[2] != '\0' &&
+               (a[1] == 'I' || a[1] == 'j' || a[1] == 'o' || a[1] == 'D')) {
       opt = kf_xstrndup(a, 2);
       val = a + 2;
     } else {
@@ -119,7 +132,18 @@ int kf_cli_parse(kf_cli *cli, int argc, char **argv, const char *usage,
       cli->mopt.templates_dir = val;
     else if (!strcmp(opt, "--families"))
       cli->mopt.families_dir = val;
-    else if (!strcmp(opt, "-j") || !strcmp(opt, "--jobs")) {
+    else if (!strcmp(opt, "-D") || !strcmp(opt, "--define")) {
+      if (!valid_define(val)) {
+        fprintf(stderr,
+                "kforge: error: --define needs NAME or NAME=VALUE with NAME a C identifier, "
+                "got '%s'\n",
+                val);
+        free(opt);
+        kf_cli_free(cli);
+        return 2;
+      }
+      kf_strv_push(&cli->defines, val);
+    } else if (!strcmp(opt, "-j") || !strcmp(opt, "--jobs")) {
       char *end;
       long j = strtol(val, &end, 10);
       if (*end || j < 1 || j > 1024) {
@@ -148,6 +172,7 @@ void kf_cli_free(kf_cli *cli) {
   kf_strv_free(&cli->mopt.arches);
   kf_strv_free(&cli->mopt.extra_include_dirs);
   kf_strv_free(&cli->mopt.extra_template_dirs);
+  kf_strv_free(&cli->defines);
   kf_strv_free(&cli->inputs);
 }
 
@@ -187,7 +212,7 @@ int kf_session_load(kf_session *s, kf_cli *cli, int write_deps) {
     u->in = &s->plan.v[i];
     u->tc = kf_toolchain_get(kf_arch_is_hip(u->in->arch) ? KF_BACKEND_HIP : KF_BACKEND_CUDA);
     kf_compile_setup_init(&u->cs, u->in, u->tc, cli->out_dir, cli->mopt.templates_dir,
-                          &cli->mopt.extra_template_dirs);
+                          &cli->mopt.extra_template_dirs, &cli->defines);
   }
   return 0;
 }

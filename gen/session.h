@@ -15,7 +15,8 @@ typedef struct {
   const char *out_dir;   /* generated sources */
   int jobs;
   int json;
-  kf_strv inputs; /* description paths */
+  kf_strv defines; /* --define NAME[=VALUE], in order: compile arguments and key records */
+  kf_strv inputs;  /* description paths */
 } kf_cli;
 
 /* Parses the options common to description commands from argv (starting at

@@ -233,6 +233,22 @@ class KeyMutations(unittest.TestCase):
         self.assertEqual(changed(self.base, after), set(self.base),
                          "an extra -I changes the compile arguments of every kernel")
 
+    def test_define_changes_every_key_and_reaches_the_compiler(self):
+        one = self.keys("--define", "KF_CLI_TEST=1")
+        self.assertEqual(changed(self.base, one), set(self.base), "--define NAME=1")
+        self.assertEqual(self.keys("-DKF_CLI_TEST=1"), one, "-DNAME=1 is --define NAME=1")
+        two = self.keys("--define", "KF_CLI_TEST=2")
+        self.assertEqual(changed(one, two), set(self.base), "another value, another key")
+        for bad in ("1X=2", "X-Y", "X Y=1", ""):
+            r = self.w.kf("keys", FIXTURE_MODEL, "--define", bad)
+            self.assertEqual(r.rc, 2, f"--define {bad!r}: {r}")
+            self.assertIn("--define needs NAME or NAME=VALUE", r.err)
+        self.w.build(FIXTURE_MODEL, args=("--arch", "sm_90a", "--define", "KF_CLI_TEST=7"))
+        metas = [self.w.meta(k) for k in self.w.entries()]
+        self.assertTrue(metas)
+        for m in metas:
+            self.assertIn("-DKF_CLI_TEST=7", json.dumps(m), m.get("kernel_id"))
+
     def test_compiler_environment_variables_change_every_key(self):
         append = self.keys(env={"NVCC_APPEND_FLAGS": "-DKF_CLI_TEST=1"})
         prepend = self.keys(env={"NVCC_PREPEND_FLAGS": "-DKF_CLI_TEST=1"})

@@ -107,7 +107,7 @@ static int digest_run(const char *root, const char *id, const char *deps, setup_
     fx_die("toolchain: %s", tc->error);
   kf_compile_setup cs;
   kf_strv none = {0};
-  kf_compile_setup_init(&cs, in, tc, "out", "templates", &none);
+  kf_compile_setup_init(&cs, in, tc, "out", "templates", &none, NULL);
   if (hook)
     hook(&cs);
   /* a build writes the source before keying it */
@@ -713,7 +713,7 @@ KF_TEST(digest__read_only_run_writes_no_dependency_record) {
   kf_toolchain *tc = kf_toolchain_get(KF_BACKEND_CUDA);
   kf_compile_setup cs;
   kf_strv none = {0};
-  kf_compile_setup_init(&cs, in, tc, "out", "templates", &none);
+  kf_compile_setup_init(&cs, in, tc, "out", "templates", &none, NULL);
   kf_digest *d = kf_digest_new(deps, 0);
   kf_records rec = {0};
   char key[33], *err = NULL;
@@ -749,7 +749,7 @@ KF_TEST(digest__one_parse_serves_every_width_in_a_run) {
   for (int i = 0; i < 2; i++) {
     kf_instance *in = kf_plan_find(&plan, ids[i]);
     kf_compile_setup cs;
-    kf_compile_setup_init(&cs, in, tc, "out", "templates", &none);
+    kf_compile_setup_init(&cs, in, tc, "out", "templates", &none, NULL);
     char *err = NULL;
     KF_CHECK(kf_digest_instance(d, in, tc, &cs, &rec[i], keys[i], &reparsed[i], &err) == 0);
     kf_compile_setup_free(&cs);
