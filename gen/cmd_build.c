@@ -1,6 +1,7 @@
 /* cmd_build.c: `kforge build` (offline builds by kernel developers) and
  * `kforge warm` (the cache warm step of a container build). */
 #include "commands.h"
+#include "report.h"
 #include "session.h"
 
 #include <stdio.h>
@@ -28,7 +29,7 @@ static int run(int argc, char **argv, int warm) {
   if (rc)
     return rc == 1 ? 0 : rc;
   if (cli.inputs.n == 0) {
-    fprintf(stderr, "kforge: error: no description given\n%s", usage);
+    kf_usage_error(usage, "no description given");
     kf_cli_free(&cli);
     return 2;
   }

@@ -3,6 +3,7 @@
  * entry its manifest names). */
 #include "commands.h"
 #include "json.h"
+#include "report.h"
 #include "session.h"
 
 #include <stdio.h>
@@ -80,7 +81,7 @@ int kf_cmd_explain(int argc, char **argv) {
   if (rc)
     return rc == 1 ? 0 : rc;
   if (cli.inputs.n != 2) {
-    fprintf(stderr, "kforge: error: explain takes a description and a kernel id\n%s", usage);
+    kf_usage_error(usage, "explain takes a description and a kernel id");
     kf_cli_free(&cli);
     return 2;
   }
@@ -96,15 +97,15 @@ int kf_cmd_explain(int argc, char **argv) {
     if (!strcmp(s.plan.v[i].id, id))
       u = &s.units[i];
   if (!u) {
-    fprintf(stderr,
-            "kforge: error: no kernel '%s' in %s (ids look like <model>/<kind>/w<W>/<arch>;"
-            " `kforge keys %s` lists them)\n",
-            id, cli.inputs.v[0], cli.inputs.v[0]);
+    kf_error(NULL, NULL,
+             "no kernel '%s' in %s (ids look like <model>/<kind>/w<W>/<arch>;"
+             " `kforge keys %s` lists them)",
+             id, cli.inputs.v[0], cli.inputs.v[0]);
     rc = 2;
     goto out;
   }
   if (kf_session_key(&s, u) != 0) {
-    fprintf(stderr, "kforge: error: %s: %s\n", id, u->error);
+    kf_error(NULL, NULL, "%s: %s", id, u->error);
     rc = 1;
     goto out;
   }

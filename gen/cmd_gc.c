@@ -3,6 +3,7 @@
  * being built (its lock held) is never evicted. */
 #include "cmd_cache.h"
 #include "commands.h"
+#include "report.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +31,8 @@ int kf_cmd_gc(int argc, char **argv) {
     return rc == 1 ? 0 : rc;
   uint64_t limit;
   if (!max || kf_parse_size(max, &limit) != 0) {
-    fprintf(stderr, "kforge: error: gc needs --max-size SIZE (e.g. 500M, 2G), got '%s'\n",
-            max ? max : "nothing");
+    kf_error(NULL, NULL, "gc needs --max-size SIZE (e.g. 500M, 2G), got '%s'",
+             max ? max : "nothing");
     kf_cache_free(&c);
     return 2;
   }

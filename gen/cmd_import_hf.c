@@ -4,6 +4,7 @@
  * the same name, or from the few places Hugging Face spells it otherwise. */
 #include "commands.h"
 #include "json.h"
+#include "report.h"
 #include "session.h"
 
 #include <ctype.h>
@@ -198,12 +199,12 @@ int kf_cmd_import_hf(int argc, char **argv) {
     else if (a[0] != '-' && !in)
       in = a;
     else {
-      fprintf(stderr, "kforge: error: unexpected argument '%s'\n%s", a, usage);
+      kf_usage_error(usage, "unexpected argument '%s'", a);
       return 2;
     }
   }
   if (!in) {
-    fprintf(stderr, "kforge: error: no config.json given\n%s", usage);
+    kf_usage_error(usage, "no config.json given");
     return 2;
   }
   cJSON *cfg = kf_json_load(in, in);
@@ -218,9 +219,9 @@ int kf_cmd_import_hf(int argc, char **argv) {
     if (!strcmp(families[i].model_type, mt->valuestring))
       family = families[i].family;
   if (!family) {
-    kf_report(in, "model_type", "no kforge family for model_type %s%s%s (supported: llama, qwen3)",
-              cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "(missing)",
-              cJSON_IsString(mt) ? "\"" : "");
+    kf_error(in, "model_type", "no kforge family for model_type %s%s%s (supported: llama, qwen3)",
+             cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "(missing)",
+             cJSON_IsString(mt) ? "\"" : "");
     goto done;
   }
   fam_path = kf_xasprintf("%s/%s.json", fam_dir, family);
@@ -255,7 +256,7 @@ int kf_cmd_import_hf(int argc, char **argv) {
       if (val)
         cJSON_AddItemToObject(shape, f->string, val);
       else if (li == 0) {
-        kf_report(in, f->string, "missing; family %s needs it", family);
+        kf_error(in, f->string, "missing; family %s needs it", family);
         missing++;
       }
     }
@@ -267,7 +268,7 @@ int kf_cmd_import_hf(int argc, char **argv) {
   free(fam_trimmed);
   char *tuned_from = copy_tuning(models_dir, family, fam, shape);
   if (tuned_from)
-    fprintf(stderr, "tuning fields from %s (same family and shape)\n", tuned_from);
+    kf_note(NULL, NULL, "tuning fields from %s (same family and shape)", tuned_from);
   free(tuned_from);
   free(models_dir);
   char *text = cJSON_Print(desc);
@@ -277,11 +278,11 @@ int kf_cmd_import_hf(int argc, char **argv) {
     text[n] = '\n';
     text[n + 1] = '\0';
     if (kf_write_file_atomic(out, text, n + 1) != 0) {
-      fprintf(stderr, "kforge: error: cannot write %s: %s\n", out, strerror(errno));
+      kf_error(NULL, NULL, "cannot write %s: %s", out, strerror(errno));
       free(text);
       goto done;
     }
-    fprintf(stderr, "wrote %s (model %s, family %s)\n", out, model_name, family);
+    kf_note(NULL, NULL, "wrote %s (model %s, family %s)", out, model_name, family);
   } else {
     puts(text);
   }

@@ -1,6 +1,7 @@
 /* cmd_keys.c: `kforge keys` — every kernel's key, compiling and writing
  * nothing, so it works on a read-only cache and checkout. */
 #include "commands.h"
+#include "report.h"
 #include "session.h"
 
 #include <stdio.h>
@@ -15,7 +16,7 @@ int kf_cmd_keys(int argc, char **argv) {
   if (rc)
     return rc == 1 ? 0 : rc;
   if (cli.inputs.n == 0) {
-    fprintf(stderr, "kforge: error: no description given\n%s", usage);
+    kf_usage_error(usage, "no description given");
     kf_cli_free(&cli);
     return 2;
   }

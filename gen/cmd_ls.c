@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "cmd_cache.h"
 #include "commands.h"
+#include "report.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -98,7 +99,7 @@ int kf_cache_cli(int argc, char **argv, const char *usage, kf_cache *c, int *jso
     } else if (max_size && !strcmp(a, "--max-size") && i + 1 < argc) {
       *max_size = argv[++i];
     } else {
-      fprintf(stderr, "kforge: error: unexpected argument '%s'\n%s", a, usage);
+      kf_usage_error(usage, "unexpected argument '%s'", a);
       return 2;
     }
   }

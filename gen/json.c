@@ -1,8 +1,9 @@
-/* json.c: cJSON loading with line:column syntax errors and the generator's
- * error-report format (see json.h). */
+/* json.c: cJSON loading with line:column syntax errors (see json.h); the
+ * messages go through the reporter (report.h). */
 #define _GNU_SOURCE
 #include "json.h"
 
+#include "report.h"
 #include "util.h"
 
 #include <errno.h>
@@ -10,18 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void kf_report(const char *display, const char *path, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (path && *path)
-    fprintf(stderr, "%s: %s: error: ", display, path);
-  else
-    fprintf(stderr, "%s: error: ", display);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-}
 
 /* Finding where a syntax error is. cJSON says only that parsing failed and
  * roughly where it stopped (often inside the token after the mistake), so
@@ -199,7 +188,7 @@ cJSON *kf_json_parse(const char *text, size_t len, const char *display) {
       col++;
     }
   }
-  fprintf(stderr, "%s:%d:%d: error: %s\n", display, line, col, msg);
+  kf_error_pos(display, line, col, "%s", msg);
   return NULL;
 }
 
@@ -207,11 +196,11 @@ cJSON *kf_json_load(const char *path, const char *display) {
   size_t len;
   char *text = kf_read_file(path, &len);
   if (!text) {
-    fprintf(stderr, "%s: error: cannot read: %s\n", display, strerror(errno));
+    kf_error(display, NULL, "cannot read: %s", strerror(errno));
     return NULL;
   }
   if (memchr(text, '\0', len)) {
-    fprintf(stderr, "%s: error: not a text file (contains a NUL byte)\n", display);
+    kf_error(display, NULL, "not a text file (contains a NUL byte)");
     free(text);
     return NULL;
   }
@@ -227,7 +216,7 @@ int kf_json_check_members(const char *display, const char *path, const cJSON *ob
     for (const cJSON *o = obj->child; o != m; o = o->next) {
       if (strcmp(o->string, m->string) == 0) {
         char *p = *path ? kf_xasprintf("%s.%s", path, m->string) : kf_xstrdup(m->string);
-        kf_report(display, p, "duplicate member \"%s\"", m->string);
+        kf_error(display, p, "duplicate member \"%s\"", m->string);
         free(p);
         problems++;
         break;
@@ -255,9 +244,9 @@ int kf_json_check_members(const char *display, const char *path, const cJSON *ob
     for (const char *const *a = allowed; *a; a++)
       kf_buf_printf(&list, "%s%s", a == allowed ? "" : ", ", *a);
     if (best && best_d <= 2)
-      kf_report(display, p, "unknown field \"%s\" (did you mean \"%s\"?)", m->string, best);
+      kf_error(display, p, "unknown field \"%s\" (did you mean \"%s\"?)", m->string, best);
     else
-      kf_report(display, p, "unknown field \"%s\"; allowed: %s", m->string, list.data);
+      kf_error(display, p, "unknown field \"%s\"; allowed: %s", m->string, list.data);
     kf_buf_free(&list);
     free(p);
   }

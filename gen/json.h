@@ -13,10 +13,6 @@ cJSON *kf_json_load(const char *path, const char *display);
 /* Parses text, which must have a NUL at text[len]; same reporting. */
 cJSON *kf_json_parse(const char *text, size_t len, const char *display);
 
-/* Prints "display: path: error: <message>" to stderr. */
-void kf_report(const char *display, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 /* Checks that every member of obj is one of allowed (NULL-terminated) and
  * that no member repeats. Reports each offender (with a "did you mean" hint)
  * and returns the number of problems. */

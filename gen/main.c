@@ -1,5 +1,6 @@
 /* main.c: the `kforge` command's entry: git-style subcommand dispatch. */
 #include "commands.h"
+#include "report.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -49,7 +50,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(commands[i].name, cmd))
       return commands[i].fn(argc - 1, argv + 1);
-  fprintf(stderr, "kforge: error: unknown command '%s'\n", cmd);
+  kf_error(NULL, NULL, "unknown command '%s'", cmd);
   usage(stderr);
   return 2;
 }

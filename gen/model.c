@@ -4,6 +4,7 @@
  * user all that is wrong; the caller writes nothing when loading fails. */
 #define _GNU_SOURCE
 #include "model.h"
+#include "report.h"
 
 #include "json.h"
 
@@ -133,7 +134,7 @@ static char *launch_expr(const char *file, const char *path, const cJSON *v, int
     return kf_xasprintf("%lld", (long long)v->valuedouble);
   if (cJSON_IsString(v) && *v->valuestring)
     return kf_xstrdup(v->valuestring);
-  kf_report(file, path, "must be an integer or an expression string, got %s", kf_json_type_name(v));
+  kf_error(file, path, "must be an integer or an expression string, got %s", kf_json_type_name(v));
   (*errors)++;
   return kf_xstrdup("0");
 }
@@ -144,7 +145,7 @@ static int parse_param_spec(const char *file, const char *path, const cJSON *spe
                                         "one_of", "description", NULL};
   int errors = 0;
   if (!cJSON_IsObject(spec)) {
-    kf_report(file, path, "must be an object, got %s", kf_json_type_name(spec));
+    kf_error(file, path, "must be an object, got %s", kf_json_type_name(spec));
     return 1;
   }
   errors += kf_json_check_members(file, path, spec, members);
@@ -152,7 +153,7 @@ static int parse_param_spec(const char *file, const char *path, const cJSON *spe
   if (!cJSON_IsString(type) ||
       (strcmp(type->valuestring, "int") != 0 && strcmp(type->valuestring, "float") != 0)) {
     char *p = kf_xasprintf("%s.type", path);
-    kf_report(file, p, "must be \"int\" or \"float\"");
+    kf_error(file, p, "must be \"int\" or \"float\"");
     free(p);
     errors++;
   } else {
@@ -205,8 +206,8 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
   }
   kf_strv_free(&dirs);
   if (!found) {
-    kf_report(where_file, where_path, "template \"%s\" not found (searched %s)", name,
-              searched.data ? searched.data : "nothing");
+    kf_error(where_file, where_path, "template \"%s\" not found (searched %s)", name,
+             searched.data ? searched.data : "nothing");
     kf_buf_free(&searched);
     L->errors++;
     return NULL;
@@ -227,39 +228,39 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
   static const char *const members[] = {"template", "header", "entry",       "params",
                                         "args",     "launch", "description", NULL};
   if (!cJSON_IsObject(root)) {
-    kf_report(found, "", "a template schema must be a JSON object");
+    kf_error(found, "", "a template schema must be a JSON object");
     errors++;
     goto done;
   }
   errors += kf_json_check_members(found, "", root, members);
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "template");
   if (!cJSON_IsString(v) || strcmp(v->valuestring, name) != 0) {
-    kf_report(found, "template", "must be \"%s\" (the file's name)", name);
+    kf_error(found, "template", "must be \"%s\" (the file's name)", name);
     errors++;
   }
   v = cJSON_GetObjectItemCaseSensitive(root, "header");
   if (!cJSON_IsString(v) || !*v->valuestring || strchr(v->valuestring, '"')) {
-    kf_report(found, "header", "must be the header's file name");
+    kf_error(found, "header", "must be the header's file name");
     errors++;
   } else {
     t->header = kf_xstrdup(v->valuestring);
     char *hp = kf_path_join(t->dir, t->header);
     if (!kf_path_exists(hp)) {
-      kf_report(found, "header", "\"%s\" does not exist beside the schema", t->header);
+      kf_error(found, "header", "\"%s\" does not exist beside the schema", t->header);
       errors++;
     }
     free(hp);
   }
   v = cJSON_GetObjectItemCaseSensitive(root, "entry");
   if (!cJSON_IsString(v) || !*v->valuestring) {
-    kf_report(found, "entry", "must name the device function template to call");
+    kf_error(found, "entry", "must name the device function template to call");
     errors++;
   } else {
     t->entry = kf_xstrdup(v->valuestring);
   }
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
   if (params && !cJSON_IsObject(params)) {
-    kf_report(found, "params", "must be an object");
+    kf_error(found, "params", "must be an object");
     errors++;
   } else if (params) {
     t->nparams = (size_t)cJSON_GetArraySize(params);
@@ -269,7 +270,7 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
       t->params[i].name = kf_xstrdup(p->string);
       char *path = kf_xasprintf("params.%s", p->string);
       if (!isupper((unsigned char)p->string[0]) || strcmp(p->string, "W") == 0) {
-        kf_report(found, path, "parameter names are upper-case identifiers other than W");
+        kf_error(found, path, "parameter names are upper-case identifiers other than W");
         errors++;
       }
       errors += parse_param_spec(found, path, p, &t->params[i]);
@@ -278,7 +279,7 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
   }
   const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
   if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) == 0) {
-    kf_report(found, "args", "must be a non-empty array");
+    kf_error(found, "args", "must be a non-empty array");
     errors++;
   } else {
     t->nargs = (size_t)cJSON_GetArraySize(args);
@@ -289,7 +290,7 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
       const cJSON *an = cJSON_GetObjectItemCaseSensitive(a, "name");
       const cJSON *at = cJSON_GetObjectItemCaseSensitive(a, "type");
       if (!cJSON_IsString(an) || !cJSON_IsString(at)) {
-        kf_report(found, path, "must be {\"name\": …, \"type\": …}");
+        kf_error(found, path, "must be {\"name\": …, \"type\": …}");
         errors++;
         t->args[i].name = kf_xstrdup("?");
         t->args[i].type = kf_xstrdup("int");
@@ -305,8 +306,8 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
         kf_buf list = {0};
         for (int k = 0; arg_types[k].type; k++)
           kf_buf_printf(&list, "%s\"%s\"", k ? ", " : "", arg_types[k].type);
-        kf_report(found, path, "unknown argument type \"%s\"; allowed: %s", at->valuestring,
-                  list.data);
+        kf_error(found, path, "unknown argument type \"%s\"; allowed: %s", at->valuestring,
+                 list.data);
         kf_buf_free(&list);
         errors++;
       }
@@ -314,7 +315,7 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
     }
     const kf_arg_spec *last = &t->args[t->nargs - 1];
     if (strcmp(last->name, "rows") != 0 || strcmp(last->type, "int") != 0) {
-      kf_report(found, "args", "the last argument must be {\"name\": \"rows\", \"type\": \"int\"}");
+      kf_error(found, "args", "the last argument must be {\"name\": \"rows\", \"type\": \"int\"}");
       errors++;
     }
   }
@@ -323,7 +324,7 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
                                                "programmatic", "cluster", "max_blocks_per_sm",
                                                "one_wave",     NULL};
   if (!cJSON_IsObject(launch)) {
-    kf_report(found, "launch", "must be an object with grid, block and shared_bytes");
+    kf_error(found, "launch", "must be an object with grid, block and shared_bytes");
     errors++;
   } else {
     errors += kf_json_check_members(found, "launch", launch, launch_members);
@@ -335,7 +336,7 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
         continue; /* optional: no clusters */
       if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 3) {
         char *p = kf_xasprintf("launch.%s", names[d]);
-        kf_report(found, p, "must be an array of 3 dimensions");
+        kf_error(found, p, "must be an array of 3 dimensions");
         free(p);
         errors++;
         for (int k = 0; k < 3; k++)
@@ -356,13 +357,13 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
         mb ? launch_expr(found, "launch.max_blocks_per_sm", mb, &errors) : kf_xstrdup("0");
     const cJSON *pg = cJSON_GetObjectItemCaseSensitive(launch, "programmatic");
     if (pg && !cJSON_IsBool(pg)) {
-      kf_report(found, "launch.programmatic", "must be true or false");
+      kf_error(found, "launch.programmatic", "must be true or false");
       errors++;
     }
     t->programmatic = cJSON_IsTrue(pg);
     const cJSON *ow = cJSON_GetObjectItemCaseSensitive(launch, "one_wave");
     if (ow && !cJSON_IsBool(ow)) {
-      kf_report(found, "launch.one_wave", "must be true or false");
+      kf_error(found, "launch.one_wave", "must be true or false");
       errors++;
     }
     t->one_wave = cJSON_IsTrue(ow);
@@ -456,7 +457,7 @@ static void check_value(loader *L, const char *file, const char *path, const kf_
     snprintf(from, sizeof from, " (from \"%.200s\")", expr);
   if (!ps->is_float && v.is_float) {
     if (v.f != floor(v.f)) {
-      kf_report(file, path, "must be an integer, got %s%s", got, from);
+      kf_error(file, path, "must be an integer, got %s%s", got, from);
       L->errors++;
       return;
     }
@@ -464,26 +465,26 @@ static void check_value(loader *L, const char *file, const char *path, const kf_
   double d = kf_value_as_double(v);
   /* the generated source declares int params as int and float as float */
   if (!ps->is_float && (d < -2147483648.0 || d > 2147483647.0)) {
-    kf_report(file, path, "must fit in a 32-bit int, got %s%s", got, from);
+    kf_error(file, path, "must fit in a 32-bit int, got %s%s", got, from);
     L->errors++;
     return;
   }
   if (ps->is_float && (d > FLT_MAX || d < -FLT_MAX)) {
-    kf_report(file, path, "is beyond the range of a float, got %s%s", got, from);
+    kf_error(file, path, "is beyond the range of a float, got %s%s", got, from);
     L->errors++;
     return;
   }
   if (ps->has_min && d < ps->min) {
-    kf_report(file, path, "must be at least %g, got %s%s", ps->min, got, from);
+    kf_error(file, path, "must be at least %g, got %s%s", ps->min, got, from);
     L->errors++;
   }
   if (ps->has_max && d > ps->max) {
-    kf_report(file, path, "must be at most %g, got %s%s", ps->max, got, from);
+    kf_error(file, path, "must be at most %g, got %s%s", ps->max, got, from);
     L->errors++;
   }
   if (!ps->is_float && ps->multiple_of > 0 && (int64_t)d % ps->multiple_of != 0) {
-    kf_report(file, path, "must be a multiple of %lld, got %s%s", (long long)ps->multiple_of, got,
-              from);
+    kf_error(file, path, "must be a multiple of %lld, got %s%s", (long long)ps->multiple_of, got,
+             from);
     L->errors++;
   }
   if (ps->n_one_of) {
@@ -495,7 +496,7 @@ static void check_value(loader *L, const char *file, const char *path, const kf_
       kf_buf_printf(&list, "%s%lld", i ? ", " : "", (long long)ps->one_of[i]);
     }
     if (!ok) {
-      kf_report(file, path, "must be one of %s, got %s%s", list.data, got, from);
+      kf_error(file, path, "must be one of %s, got %s%s", list.data, got, from);
       L->errors++;
     }
     kf_buf_free(&list);
@@ -508,7 +509,7 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
   static const char *const members[] = {"kind", "template", "params", "description", NULL};
   int before = L->errors;
   if (!cJSON_IsObject(obj)) {
-    kf_report(file, path, "must be an object, got %s", kf_json_type_name(obj));
+    kf_error(file, path, "must be an object, got %s", kf_json_type_name(obj));
     L->errors++;
     return -1;
   }
@@ -519,8 +520,8 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
   char *p;
   if (!cJSON_IsString(kind) || !valid_name(kind->valuestring, 0)) {
     p = kf_xasprintf("%s.kind", path);
-    kf_report(file, p, "must be a name of lower-case letters, digits, '_' and '-', got %s",
-              cJSON_IsString(kind) ? kind->valuestring : kf_json_type_name(kind));
+    kf_error(file, p, "must be a name of lower-case letters, digits, '_' and '-', got %s",
+             cJSON_IsString(kind) ? kind->valuestring : kf_json_type_name(kind));
     free(p);
     L->errors++;
     return -1;
@@ -529,8 +530,8 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
   k->source_file = kf_xstrdup(file);
   if (!cJSON_IsString(tmpl) || !valid_name(tmpl->valuestring, 0)) {
     p = kf_xasprintf("%s.template", path);
-    kf_report(file, p, "must name a template in templates/, got %s",
-              cJSON_IsString(tmpl) ? tmpl->valuestring : kf_json_type_name(tmpl));
+    kf_error(file, p, "must name a template in templates/, got %s",
+             cJSON_IsString(tmpl) ? tmpl->valuestring : kf_json_type_name(tmpl));
     free(p);
     L->errors++;
     return -1;
@@ -542,7 +543,7 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
     return -1;
   if (params && !cJSON_IsObject(params)) {
     p = kf_xasprintf("%s.params", path);
-    kf_report(file, p, "must be an object, got %s", kf_json_type_name(params));
+    kf_error(file, p, "must be an object, got %s", kf_json_type_name(params));
     free(p);
     L->errors++;
     return -1;
@@ -559,8 +560,8 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
       kf_buf list = {0};
       for (size_t i = 0; i < k->tmpl->nparams; i++)
         kf_buf_printf(&list, "%s%s", i ? ", " : "", k->tmpl->params[i].name);
-      kf_report(file, p, "unknown parameter \"%s\" of template %s; it takes: %s", e->string,
-                k->tmpl->name, list.data ? list.data : "none");
+      kf_error(file, p, "unknown parameter \"%s\" of template %s; it takes: %s", e->string,
+               k->tmpl->name, list.data ? list.data : "none");
       kf_buf_free(&list);
       free(p);
       L->errors++;
@@ -571,7 +572,7 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
     const cJSON *v = params ? cJSON_GetObjectItemCaseSensitive(params, ps->name) : NULL;
     p = kf_xasprintf("%s.params.%s", path, ps->name);
     if (!v) {
-      kf_report(file, p, "missing parameter %s of template %s", ps->name, k->tmpl->name);
+      kf_error(file, p, "missing parameter %s of template %s", ps->name, k->tmpl->name);
       L->errors++;
     } else if (cJSON_IsNumber(v)) {
       kf_value val = {0, 0, 0};
@@ -587,7 +588,7 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
       kf_value val;
       char err[256];
       if (kf_expr_eval(v->valuestring, shape_lookup, m, &val, err, sizeof err) != 0) {
-        kf_report(file, p, "%s", err);
+        kf_error(file, p, "%s", err);
         L->errors++;
       } else {
         check_value(L, file, p, ps, val, v->valuestring);
@@ -596,7 +597,7 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
         k->values[i] = val;
       }
     } else {
-      kf_report(file, p, "must be a number or an expression string, got %s", kf_json_type_name(v));
+      kf_error(file, p, "must be a number or an expression string, got %s", kf_json_type_name(v));
       L->errors++;
     }
     if (ps->is_float && !k->values[i].is_float)
@@ -626,7 +627,7 @@ static int load_family(loader *L, const kf_model *m, const char *name, family *f
   char *builtin = kf_xasprintf("%s/%s.json", L->opt->families_dir, name);
   char *path = kf_path_exists(local) ? local : kf_path_exists(builtin) ? builtin : NULL;
   if (!path) {
-    kf_report(L->display, "family", "unknown family \"%s\" (no %s or %s)", name, local, builtin);
+    kf_error(L->display, "family", "unknown family \"%s\" (no %s or %s)", name, local, builtin);
     free(local);
     free(builtin);
     L->errors++;
@@ -644,24 +645,24 @@ static int load_family(loader *L, const kf_model *m, const char *name, family *f
                                         "kernels", "description",  NULL};
   int errors = 0;
   if (!cJSON_IsObject(f->root)) {
-    kf_report(f->path, "", "a family preset must be a JSON object");
+    kf_error(f->path, "", "a family preset must be a JSON object");
     L->errors++;
     return -1;
   }
   errors += kf_json_check_members(f->path, "", f->root, members);
   const cJSON *fam = cJSON_GetObjectItemCaseSensitive(f->root, "family");
   if (!cJSON_IsString(fam) || strcmp(fam->valuestring, name) != 0) {
-    kf_report(f->path, "family", "must be \"%s\" (the file's name)", name);
+    kf_error(f->path, "family", "must be \"%s\" (the file's name)", name);
     errors++;
   }
   f->fields = cJSON_GetObjectItemCaseSensitive(f->root, "shape_fields");
   f->optional = cJSON_GetObjectItemCaseSensitive(f->root, "optional_fields");
   if (f->fields && !cJSON_IsObject(f->fields)) {
-    kf_report(f->path, "shape_fields", "must be an object of field: type");
+    kf_error(f->path, "shape_fields", "must be an object of field: type");
     errors++;
   }
   if (f->optional && !cJSON_IsObject(f->optional)) {
-    kf_report(f->path, "optional_fields", "must be an object");
+    kf_error(f->path, "optional_fields", "must be an object");
     errors++;
   }
   L->errors += errors;
@@ -735,8 +736,8 @@ static const char *type_phrase(const char *type) {
 
 static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family *f) {
   if (!cJSON_IsObject(shape)) {
-    kf_report(L->display, "shape", "must be an object of shape fields, got %s",
-              kf_json_type_name(shape));
+    kf_error(L->display, "shape", "must be an object of shape fields, got %s",
+             kf_json_type_name(shape));
     L->errors++;
     return;
   }
@@ -744,11 +745,11 @@ static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family
     char *p = kf_xasprintf("shape.%s", e->string);
     for (const cJSON *o = shape->child; o != e; o = o->next)
       if (!strcmp(o->string, e->string)) {
-        kf_report(L->display, p, "duplicate member \"%s\"", e->string);
+        kf_error(L->display, p, "duplicate member \"%s\"", e->string);
         L->errors++;
       }
     if (!valid_name(e->string, 0) || strchr(e->string, '-')) {
-      kf_report(L->display, p, "field names are lower-case identifiers");
+      kf_error(L->display, p, "field names are lower-case identifiers");
       L->errors++;
     } else if (f && f->root) {
       const cJSON *def;
@@ -768,20 +769,20 @@ static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family
             }
           }
         if (best && best_d <= 3)
-          kf_report(L->display, p, "unknown field \"%s\" for family %s (did you mean \"%s\"?)",
-                    e->string, m->family, best);
+          kf_error(L->display, p, "unknown field \"%s\" for family %s (did you mean \"%s\"?)",
+                   e->string, m->family, best);
         else
-          kf_report(L->display, p, "unknown field \"%s\" for family %s", e->string, m->family);
+          kf_error(L->display, p, "unknown field \"%s\" for family %s", e->string, m->family);
         L->errors++;
       } else if (!type_matches(type, e)) {
-        kf_report(L->display, p, "must be %s, got %s", type_phrase(type), kf_json_type_name(e));
+        kf_error(L->display, p, "must be %s, got %s", type_phrase(type), kf_json_type_name(e));
         L->errors++;
       } else {
         add_shape(m, e->string, e);
       }
     } else if (!cJSON_IsNumber(e) && !cJSON_IsString(e) && !cJSON_IsBool(e)) {
-      kf_report(L->display, p, "must be a number, a string or a boolean, got %s",
-                kf_json_type_name(e));
+      kf_error(L->display, p, "must be a number, a string or a boolean, got %s",
+               kf_json_type_name(e));
       L->errors++;
     } else {
       add_shape(m, e->string, e);
@@ -793,8 +794,8 @@ static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family
   for (const cJSON *c = f->fields ? f->fields->child : NULL; c; c = c->next)
     if (!cJSON_GetObjectItemCaseSensitive(shape, c->string)) {
       char *p = kf_xasprintf("shape.%s", c->string);
-      kf_report(L->display, p, "missing field required by family %s (%s)", m->family,
-                cJSON_IsString(c) ? type_phrase(c->valuestring) : "?");
+      kf_error(L->display, p, "missing field required by family %s (%s)", m->family,
+               cJSON_IsString(c) ? type_phrase(c->valuestring) : "?");
       free(p);
       L->errors++;
     }
@@ -817,8 +818,8 @@ static void parse_widths(loader *L, kf_model *m, const cJSON *w) {
     return;
   }
   if (!cJSON_IsArray(w) || cJSON_GetArraySize(w) == 0) {
-    kf_report(L->display, "widths", "must be a non-empty array of integers, got %s",
-              kf_json_type_name(w));
+    kf_error(L->display, "widths", "must be a non-empty array of integers, got %s",
+             kf_json_type_name(w));
     L->errors++;
     return;
   }
@@ -832,10 +833,10 @@ static void parse_widths(loader *L, kf_model *m, const cJSON *w) {
         snprintf(got, sizeof got, "%g", e->valuedouble);
       else
         snprintf(got, sizeof got, "%s", kf_json_type_name(e));
-      kf_report(L->display, p, "must be an integer from 1 to 256, got %s", got);
+      kf_error(L->display, p, "must be an integer from 1 to 256, got %s", got);
       L->errors++;
     } else if (m->nwidths >= sizeof m->widths / sizeof m->widths[0]) {
-      kf_report(L->display, p, "too many widths (at most 64)");
+      kf_error(L->display, p, "too many widths (at most 64)");
       L->errors++;
     } else {
       int v = (int)e->valuedouble;
@@ -843,7 +844,7 @@ static void parse_widths(loader *L, kf_model *m, const cJSON *w) {
       for (size_t k = 0; k < m->nwidths; k++)
         dup |= m->widths[k] == v;
       if (dup) {
-        kf_report(L->display, p, "width %d is listed twice", v);
+        kf_error(L->display, p, "width %d is listed twice", v);
         L->errors++;
       } else {
         m->widths[m->nwidths++] = v;
@@ -862,7 +863,7 @@ static void parse_widths(loader *L, kf_model *m, const cJSON *w) {
 
 static void check_arch(loader *L, const char *file, const char *path, const char *arch) {
   if (!kf_arch_known(arch)) {
-    kf_report(file, path, "unknown arch \"%s\"; known: %s", arch, kf_arch_known_list());
+    kf_error(file, path, "unknown arch \"%s\"; known: %s", arch, kf_arch_known_list());
     L->errors++;
   }
 }
@@ -881,8 +882,8 @@ static void parse_arches(loader *L, kf_model *m, const cJSON *a) {
     return;
   }
   if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0) {
-    kf_report(L->display, "arches", "must be a non-empty array of arch names, got %s",
-              kf_json_type_name(a));
+    kf_error(L->display, "arches", "must be a non-empty array of arch names, got %s",
+             kf_json_type_name(a));
     L->errors++;
     return;
   }
@@ -890,8 +891,8 @@ static void parse_arches(loader *L, kf_model *m, const cJSON *a) {
   for (const cJSON *e = a->child; e; e = e->next, i++) {
     char *p = kf_xasprintf("arches[%d]", i);
     if (!cJSON_IsString(e)) {
-      kf_report(L->display, p, "must be an arch name such as \"sm_90a\", got %s",
-                kf_json_type_name(e));
+      kf_error(L->display, p, "must be an arch name such as \"sm_90a\", got %s",
+               kf_json_type_name(e));
       L->errors++;
     } else {
       check_arch(L, L->display, p, e->valuestring);
@@ -906,8 +907,8 @@ static void parse_dirs(loader *L, kf_model *m, const cJSON *a, const char *field
   if (!a)
     return;
   if (!cJSON_IsArray(a)) {
-    kf_report(L->display, field, "must be an array of directory paths, got %s",
-              kf_json_type_name(a));
+    kf_error(L->display, field, "must be an array of directory paths, got %s",
+             kf_json_type_name(a));
     L->errors++;
     return;
   }
@@ -915,7 +916,7 @@ static void parse_dirs(loader *L, kf_model *m, const cJSON *a, const char *field
   for (const cJSON *e = a->child; e; e = e->next, i++) {
     char *p = kf_xasprintf("%s[%d]", field, i);
     if (!cJSON_IsString(e) || !*e->valuestring) {
-      kf_report(L->display, p, "must be a directory path, got %s", kf_json_type_name(e));
+      kf_error(L->display, p, "must be a directory path, got %s", kf_json_type_name(e));
       L->errors++;
     } else {
       char *joined = kf_path_join(m->dir, e->valuestring);
@@ -923,7 +924,7 @@ static void parse_dirs(loader *L, kf_model *m, const cJSON *a, const char *field
       free(joined);
       char *probe = kf_path_join(abs, ".");
       if (!kf_path_exists(probe)) {
-        kf_report(L->display, p, "directory \"%s\" does not exist", e->valuestring);
+        kf_error(L->display, p, "directory \"%s\" does not exist", e->valuestring);
         L->errors++;
         free(abs);
       } else {
@@ -954,20 +955,20 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
                                         "arches",      "kernels", "include_dirs", "template_dirs",
                                         "description", NULL};
   if (!cJSON_IsObject(root)) {
-    kf_report(path, "", "a description must be a JSON object, got %s", kf_json_type_name(root));
+    kf_error(path, "", "a description must be a JSON object, got %s", kf_json_type_name(root));
     L.errors++;
     goto out;
   }
   L.errors += kf_json_check_members(path, "", root, members);
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
   if (!cJSON_IsString(name)) {
-    kf_report(path, "name", "missing the model's name (a string such as \"qwen3-0.6b\")");
+    kf_error(path, "name", "missing the model's name (a string such as \"qwen3-0.6b\")");
     L.errors++;
   } else if (!valid_name(name->valuestring, 1)) {
-    kf_report(path, "name",
-              "\"%s\" is not a valid model name: use lower-case letters, digits, '.', '_' and "
-              "'-' (no '/' or '..'), at most 64 characters",
-              name->valuestring);
+    kf_error(path, "name",
+             "\"%s\" is not a valid model name: use lower-case letters, digits, '.', '_' and "
+             "'-' (no '/' or '..'), at most 64 characters",
+             name->valuestring);
     L.errors++;
   } else {
     m->name = kf_xstrdup(name->valuestring);
@@ -975,8 +976,8 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
   const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "family");
   if (f) {
     if (!cJSON_IsString(f) || !valid_name(f->valuestring, 0)) {
-      kf_report(path, "family", "must be a family name such as \"qwen3\", got %s",
-                cJSON_IsString(f) ? f->valuestring : kf_json_type_name(f));
+      kf_error(path, "family", "must be a family name such as \"qwen3\", got %s",
+               cJSON_IsString(f) ? f->valuestring : kf_json_type_name(f));
       L.errors++;
     } else {
       m->family = kf_xstrdup(f->valuestring);
@@ -985,7 +986,7 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
   }
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, "shape");
   if (!shape) {
-    kf_report(path, "shape", "missing the model's shape fields");
+    kf_error(path, "shape", "missing the model's shape fields");
     L.errors++;
   } else {
     parse_shape(&L, m, shape, f ? &fam : NULL);
@@ -1011,7 +1012,7 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
     if (!ks)
       continue;
     if (!cJSON_IsArray(ks)) {
-      kf_report(files[s], "kernels", "must be an array of kernels, got %s", kf_json_type_name(ks));
+      kf_error(files[s], "kernels", "must be an array of kernels, got %s", kf_json_type_name(ks));
       L.errors++;
       continue;
     }
@@ -1024,7 +1025,7 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
         for (size_t j = 0; j < m->nkernels; j++)
           if (!strcmp(m->kernels[j].kind, k.kind)) {
             if (!strcmp(m->kernels[j].source_file, files[s])) {
-              kf_report(files[s], p, "kind \"%s\" is listed twice", k.kind);
+              kf_error(files[s], p, "kind \"%s\" is listed twice", k.kind);
               L.errors++;
             }
             kernel_free(&m->kernels[j]);
@@ -1040,8 +1041,8 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
     }
   }
   if (!L.errors && m->nkernels == 0) {
-    kf_report(path, "kernels",
-              "the description names no kernels (give \"kernels\" or a \"family\")");
+    kf_error(path, "kernels",
+             "the description names no kernels (give \"kernels\" or a \"family\")");
     L.errors++;
   }
   if (m->nkernels > 1)
@@ -1082,7 +1083,7 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
         bad = 1;
       }
       if (bad) {
-        kf_report(t->path, "launch", "%s (kernel %s of %s)", err, k->kind, path);
+        kf_error(t->path, "launch", "%s (kernel %s of %s)", err, k->kind, path);
         L.errors++;
         break;
       }

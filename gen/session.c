@@ -9,6 +9,7 @@
  * meta.json and renames the directory into place. */
 #define _GNU_SOURCE
 #include "session.h"
+#include "report.h"
 
 #include "json.h"
 
@@ -108,7 +109,7 @@ int kf_cli_parse(kf_cli *cli, int argc, char **argv, const char *usage,
     }
     if (!is_flag && !val) {
       if (i + 1 >= argc) {
-        fprintf(stderr, "kforge: error: option %s needs a value\n%s", opt, usage);
+        kf_usage_error(usage, "option %s needs a value", opt);
         free(opt);
         kf_cli_free(cli);
         return 2;
@@ -134,10 +135,8 @@ int kf_cli_parse(kf_cli *cli, int argc, char **argv, const char *usage,
       cli->mopt.families_dir = val;
     else if (!strcmp(opt, "-D") || !strcmp(opt, "--define")) {
       if (!valid_define(val)) {
-        fprintf(stderr,
-                "kforge: error: --define needs NAME or NAME=VALUE with NAME a C identifier, "
-                "got '%s'\n",
-                val);
+        kf_error(NULL, NULL, "--define needs NAME or NAME=VALUE with NAME a C identifier, got '%s'",
+                 val);
         free(opt);
         kf_cli_free(cli);
         return 2;
@@ -147,7 +146,7 @@ int kf_cli_parse(kf_cli *cli, int argc, char **argv, const char *usage,
       char *end;
       long j = strtol(val, &end, 10);
       if (*end || j < 1 || j > 1024) {
-        fprintf(stderr, "kforge: error: -j needs a number of jobs from 1 to 1024, got '%s'\n", val);
+        kf_error(NULL, NULL, "-j needs a number of jobs from 1 to 1024, got '%s'", val);
         free(opt);
         kf_cli_free(cli);
         return 2;
@@ -158,7 +157,7 @@ int kf_cli_parse(kf_cli *cli, int argc, char **argv, const char *usage,
     } else
       ok = 0;
     if (!ok) {
-      fprintf(stderr, "kforge: error: unknown option '%s'\n%s", opt, usage);
+      kf_usage_error(usage, "unknown option '%s'", opt);
       free(opt);
       kf_cli_free(cli);
       return 2;
@@ -192,8 +191,8 @@ int kf_session_load(kf_session *s, kf_cli *cli, int write_deps) {
     }
     for (size_t k = 0; k < s->nmodels; k++)
       if (!strcmp(s->models[k]->name, m->name)) {
-        kf_report(m->path, "name", "model \"%s\" is also described by %s", m->name,
-                  s->models[k]->path);
+        kf_error(m->path, "name", "model \"%s\" is also described by %s", m->name,
+                 s->models[k]->path);
         bad = 1;
       }
     s->models[s->nmodels++] = m;
@@ -224,7 +223,7 @@ void kf_session_report(kf_session *s, const kf_unit *u) {
     if (!strcmp(s->reported.v[i], u->error))
       return;
   kf_strv_push(&s->reported, u->error);
-  fprintf(stderr, "kforge: error: %s: %s\n", u->in->id, u->error);
+  kf_error(NULL, NULL, "%s: %s", u->in->id, u->error);
 }
 
 int kf_session_key(kf_session *s, kf_unit *u) {
@@ -365,8 +364,8 @@ static int compile_job(pool *p, kf_unit *u, char **err) {
     return KF_UNIT_CACHED; /* another builder published it meanwhile */
   }
   if (st == KF_ENTRY_DAMAGED) {
-    fprintf(stderr, "kforge: warning: %s: cache entry %s is damaged (%s); rebuilding\n", u->in->id,
-            u->key, why);
+    kf_warning(NULL, NULL, "%s: cache entry %s is damaged (%s); rebuilding", u->in->id, u->key,
+               why);
     kf_cache_remove_entry(c, u->key);
   }
   free(why);
@@ -470,7 +469,7 @@ static void *worker(void *arg) {
     if (err) {
       if (p->tty)
         fputs("\r\033[K", stderr);
-      fprintf(stderr, "kforge: error: %s: %s\n", j->unit->in->id, err);
+      kf_error(NULL, NULL, "%s: %s", j->unit->in->id, err);
     }
     pthread_mutex_unlock(&p->mu);
   }
@@ -554,13 +553,12 @@ static void write_manifest(kf_session *s, const kf_model *m, const char *arch) {
     char *dir = kf_path_dirname(path);
     char *text = cJSON_Print(root);
     if (kf_mkdir_p(dir) != 0 || kf_write_if_changed(path, text, strlen(text), NULL) != 0)
-      fprintf(stderr, "kforge: error: cannot write manifest %s: %s\n", path, strerror(errno));
+      kf_error(NULL, NULL, "cannot write manifest %s: %s", path, strerror(errno));
     free(text);
     free(dir);
     free(path);
   } else {
-    fprintf(stderr, "kforge: manifest %s/%s not updated: some of its kernels failed\n", m->name,
-            arch);
+    kf_note(NULL, NULL, "manifest %s/%s not updated: some of its kernels failed", m->name, arch);
   }
   cJSON_Delete(root);
 }
@@ -575,7 +573,7 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
   char *err = NULL;
   *n_cached = *n_compiled = *n_failed = 0;
   if (kf_cache_prepare(&s->cache, &err) != 0) {
-    fprintf(stderr, "kforge: error: cache %s is not writable: %s\n", s->cache.root, err);
+    kf_error(NULL, NULL, "cache %s is not writable: %s", s->cache.root, err);
     free(err);
     return 2;
   }
@@ -599,7 +597,7 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
     char *dir = kf_path_dirname(u->cs.source_path);
     if (kf_mkdir_p(dir) != 0 ||
         kf_write_if_changed(u->cs.source_path, u->in->source, u->in->source_len, NULL) != 0) {
-      fprintf(stderr, "kforge: error: cannot write %s: %s\n", u->cs.source_path, strerror(errno));
+      kf_error(NULL, NULL, "cannot write %s: %s", u->cs.source_path, strerror(errno));
       free(dir);
       u->state = KF_UNIT_FAILED;
       rc = 2;

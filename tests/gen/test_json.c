@@ -183,17 +183,6 @@ KF_TEST(json__every_problem_is_counted) {
   free(out);
 }
 
-KF_TEST(json__report_formats_file_path_and_message) {
-  fx_capture_begin();
-  kf_report("models/x.json", "layers[3].head_dim", "must be a multiple of %d, got %d", 8, 100);
-  kf_report("models/x.json", "", "a description must be a JSON object");
-  char *out = fx_capture_end();
-  KF_CHECK_STR_EQ(out,
-                  "models/x.json: layers[3].head_dim: error: must be a multiple of 8, got 100\n"
-                  "models/x.json: error: a description must be a JSON object\n");
-  free(out);
-}
-
 KF_TEST(json__type_names_read_as_phrases) {
   cJSON *root = cJSON_Parse("[\"s\", 1, true, null, [], {}]");
   KF_CHECK(root);
