@@ -67,7 +67,7 @@ template <int G, int D, int NW> struct attn_partials {
 // and mx = -inf too where none did) weighs 0. Without a branch: the guard
 // `m == -inf ? 0 : exp2f(m - mx)` compiles to one per state, and a merge's
 // loop then waits out each state's reads and exponential in turn
-// (docs/perf-notes.md, v17).
+// (notes/perf/journal.md, v17).
 KF_DEVICE float exp2_weight(float x) { return exp2f(fmaxf(x, -200.f)); }
 
 // Cache row (token `tok` of the row, kv head h), given the row's page table.
@@ -82,7 +82,7 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // current tile's arithmetic, and both of a warp's first tiles are read ahead
 // of grid_dep_wait (twice the bytes in flight, about 224 registers instead
 // of 180). Width 1 is capped at 2 blocks per SM anyway (launch.one_wave), so
-// the registers cost it no blocks. Measured on the H200 (docs/perf-notes.md,
+// the registers cost it no blocks. Measured on the H200 (notes/perf/journal.md,
 // v9 and v11): width 1, 8K tokens 47-52 -> 49-56% of the read ceiling, 32K
 // 75-79 -> 77-81%. Wider launches, whose blocks attend several ranges, take
 // one tile: with two, the loop that crosses ranges needs more than 255
@@ -102,20 +102,20 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // KF_ATTN_TWO_TILES_MAX_W) width 1's start: the first two tiles of a warp's
 // first range both go into registers ahead of grid_dep_wait and are attended
 // before the loop, which then streams one tile at a time (sm_90 only; 237-255
-// registers, no spills). Measured on the H200 (docs/perf-notes.md, v16): 8K
+// registers, no spills). Measured on the H200 (notes/perf/journal.md, v16): 8K
 // tokens with 2-8 rows 1-4% faster, 32K and 128K 1-2%; 1K with 2 rows
 // (nothing to peel: one tile a warp) 1-4% slower.
 #ifndef KF_ATTN_PEEL
 #define KF_ATTN_PEEL KF_ATTN_SM90_TUNED
 #endif // KF_ATTN_PEEL
 
-// Tuning knobs of the programmatic launch (docs/perf-notes.md, v7):
+// Tuning knobs of the programmatic launch (notes/perf/journal.md, v7):
 // KF_ATTN_READ_AHEAD 1 loads each warp's first tile before grid_dep_wait
 // (the entry says which); KF_ATTN_EARLY_RELEASE 1 lets the next kernel start
 // its blocks as soon as every block of this one has passed grid_dep_wait, 0
 // only as this kernel's blocks exit. The next kernel's blocks then take the
 // slots this one's leave at once and read ahead of their own wait while
-// this one merges: measured on the H200 (docs/perf-notes.md, v16), against
+// this one merges: measured on the H200 (notes/perf/journal.md, v16), against
 // a release once a block's K and V were read (v7-v15), 8K tokens with one
 // row 3.5-4.5% faster, 1K 3-8%, two rows and more 0-2%, the layer within
 // 1%. Early release needs the width-1 launch capped at 2 blocks per SM (the
@@ -133,14 +133,14 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // warp's next n tiles after those it loads into registers there (sm_90
 // only, like the other tuning): the memory system, idle while the kernel
 // before merges, fetches them then. Measured on the H200
-// (docs/perf-notes.md, v16), n = 1: 2-4% faster at 8K and 32K tokens at
+// (notes/perf/journal.md, v16), n = 1: 2-4% faster at 8K and 32K tokens at
 // every width, within 1.5% at 1K and 128K; n = 2 or 3 no better or slower
 // (their traffic delays the merges of the kernel before).
 #ifndef KF_ATTN_L2_AHEAD
 #define KF_ATTN_L2_AHEAD KF_ATTN_SM90_TUNED
 #endif // KF_ATTN_L2_AHEAD
 
-// Tuning knobs of a block's range ends (docs/perf-notes.md, v15):
+// Tuning knobs of a block's range ends (notes/perf/journal.md, v15):
 // KF_ATTN_MERGE_SETS 1 merges the parked ranges of a flush side by side
 // where a kv head has more than 2 query heads (with 2, Qwen3-0.6B, one set
 // at a time was 1-2.5% faster at 8K and 32K tokens with 2-8 rows once
@@ -159,7 +159,7 @@ KF_DEVICE long long kv_offset(const int *page_row, int tok, int h) {
 // states, with exp2_weight (0), with the guard that branches at width 2
 // where a kv head has more than 2 query heads (1), or with the guard
 // everywhere (2, as before v17). Same values either way. Measured on the
-// H200 (docs/perf-notes.md, v17): 1; the guard at width 2 with 4 heads, at
+// H200 (notes/perf/journal.md, v17): 1; the guard at width 2 with 4 heads, at
 // 255 registers, was 0.6-2.6% faster at 8K tokens, exp2_weight 1-2% faster
 // at widths 1, 4 and 8. Elsewhere 2: on sm_100a the width-2 kernels keep
 // 168 registers and spill with exp2_weight.
@@ -515,7 +515,7 @@ template <int G, int D, int THREADS> struct record_merge {
   // 0 x 0 to every sum and leaves it as it is (the sums start at +0 and are
   // never -0). No branch in the loops (exp2_weight): the records' reads and
   // exponentials overlap, where a branch per record cost each its whole
-  // latency, about 100 cycles (docs/perf-notes.md, v17).
+  // latency, about 100 cycles (notes/perf/journal.md, v17).
   template <int MAXN, class FM, class FL, class FO>
   KF_DEVICE void absorb_from(int n, FM rec_m, FL rec_l, FO rec_o) {
     auto each_record = [&](auto body) {
@@ -611,7 +611,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // Its size is part of the arithmetic (each stage rescales by its own
   // maximum), so it is the same at every width. When width 8 ran 3 blocks
   // per SM, every record in one 66.5 KB stage cost it 15 points, a smaller
-  // stage gained nothing (docs/perf-notes.md, v9 runs 8-11).
+  // stage gained nothing (notes/perf/journal.md, v9 runs 8-11).
   constexpr int kRecBytes = kPartFloats * 4;
   constexpr int kStageBytes = 46 * 1024 - (int)sizeof(attn_partials<G, D, NW>);
   constexpr int kStage = kStageBytes / kRecBytes < 1        ? 1
@@ -868,7 +868,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // A stage of up to 20 records is merged unrolled (18 for 4 heads: 1.6-3.4%
   // faster at 8K tokens on the H200 than four at a time), a larger one four
   // records at a time (32 for 2 heads unrolled was 0.4-2% slower at 8K, and
-  // 11% at 1K with one row: docs/perf-notes.md, v17).
+  // 11% at 1K with one row: notes/perf/journal.md, v17).
   constexpr int kStageUnroll = kStage <= 20 ? kStage : 0;
   if (kStageUnroll > 0 && threadIdx.x == 0)
     neg_inf = -INFINITY;                 // (read after the barrier that follows the copies)

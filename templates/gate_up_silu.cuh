@@ -23,7 +23,7 @@ template <class P>
 KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *out, int rows) {
   static_assert(P::INTERMEDIATE % kGemmTileRows == 0, "INTERMEDIATE must be a multiple of 16");
   // HALF_TILES: 8 gate rows and the matching 8 up rows make one 16-row
-  // matrix tile (measured on the H200, docs/perf-notes.md v5c: Qwen3-8B's
+  // matrix tile (measured on the H200, notes/perf/journal.md v5c: Qwen3-8B's
   // 768 blocks of 16 + 16 rows leave the second wave of 5-per-SM blocks
   // mostly empty; 1536 of 8 + 8 went from 84% to 91% of the read ceiling,
   // while Llama's and Qwen3-0.6B's lost at R = 8).

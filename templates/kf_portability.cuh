@@ -134,7 +134,7 @@ struct alignas(16) vec8 {
 // miss fetches the whole 128-byte line (.L2::128B), whose other half the
 // same warp's next instruction reads (decode attention's K and V rows: on the
 // H200 8K tokens 0.5-1.3% faster at every width, 32K with 4 rows 2.3-2.7%;
-// 256-byte fetches lost, docs/perf-notes.md v13). The
+// 256-byte fetches lost, notes/perf/journal.md v13). The
 // compiler sees no memory access in this asm and may move it across
 // grid_dep_wait: use it only for data no kernel before this one in the
 // stream writes (weights), or in kernels launched ordinarily.
@@ -406,7 +406,7 @@ KF_DEVICE vec8 zero_vec() {
 // The counter is counters[i]; `last` is a __shared__ int of the caller's.
 // (So spelled on purpose: a flag of the helper's own, or the counter's
 // address computed before the call, gave decode_attention code that ran
-// 0.2-1 us slower per launch on the H200; docs/perf-notes.md, v10.)
+// 0.2-1 us slower per launch on the H200; notes/perf/journal.md, v10.)
 KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int count, int &last) {
 #if !KF_HAS_ACQ_REL_ATOMIC
   __threadfence();

@@ -12,7 +12,7 @@
 // the block sums the warps' partial tiles in warp order. None of that
 // depends on R, the width or the other rows, so a row's output is bitwise
 // the same alone, among others or padded (batch invariance); columns of pad
-// rows are zero and never stored. Measured on the H200 (docs/perf-notes.md,
+// rows are zero and never stored. Measured on the H200 (notes/perf/journal.md,
 // v6): 87-91% of the read ceiling on the 8B gate_up and down shapes, 75-83%
 // on qkv and o, where a plain read kernel of the same bytes per launch
 // reaches 74-81%.
@@ -35,7 +35,7 @@ namespace kf {
 // KF_GEMM_STEPS_IN_FLIGHT_LONG: the same on the long path (from K =
 //   kGemmLongK on, or with the schemas' DEEP_RING at any K), in a ring in
 //   dynamic shared memory (gemm_dyn_smem_bytes, the schemas' shared_bytes). Measured on the H200
-//   (docs/perf-notes.md, v3): 8 steps took down_proj (K = 14336, 56 steps per warp) from 50% to
+//   (notes/perf/journal.md, v3): 8 steps took down_proj (K = 14336, 56 steps per warp) from 50% to
 //   62-64% of the read ceiling; for K = 4096 (16 steps per warp) they gained nothing.
 // KF_GEMM_ASYNC: 1 streams weights through a per-lane shared-memory ring
 //   filled by cp.async (the copies hold no registers, so the compiler cannot
@@ -60,7 +60,7 @@ namespace kf {
 #define KF_GEMM_LINES 1
 #endif // KF_GEMM_LINES
 // KF_GEMM_CHUNK: consecutive 64-k units a warp takes before the next warp's
-//   (line path). Measured on the H200 (docs/perf-notes.md, v6): with the
+//   (line path). Measured on the H200 (notes/perf/journal.md, v6): with the
 //   activation ring, 1 beat 2 on every 8B shape by 1-4 points of the ceiling
 //   (without it the two were mixed: the activation loads dominated).
 #ifndef KF_GEMM_CHUNK
@@ -73,14 +73,14 @@ namespace kf {
 //   one-wave grid at its own blocks per SM: uncapped, the next launch's
 //   blocks took the spare slots early and unbalanced it (v6: 8B qkv / o back
 //   to back 8-16 points lower); capped, 8B qkv went from 84 to 88-90% of the
-//   ceiling and o from 78 to 81-83% (docs/perf-notes.md, v7).
+//   ceiling and o from 78 to 81-83% (notes/perf/journal.md, v7).
 #ifndef KF_GEMM_EARLY_RELEASE_BYTES
 #define KF_GEMM_EARLY_RELEASE_BYTES 131072
 #endif // KF_GEMM_EARLY_RELEASE_BYTES
 // KF_GEMM_X_RING: 1 (line path) copies each unit's activations (W rows x 64
 //   k) with cp.async into a per-warp ring beside the weights', issued as many
 //   units ahead; 0 loads them from global memory when the unit starts.
-//   Measured on the H200 (docs/perf-notes.md, v6): with the weight stream
+//   Measured on the H200 (notes/perf/journal.md, v6): with the weight stream
 //   saturating the memory system an L2 hit waits about as long as a DRAM
 //   read, and a build without the activation loads ran down_proj at 90%
 //   instead of 77% of the ceiling.
@@ -108,7 +108,7 @@ __host__ __device__ constexpr bool gemm_long(int K, bool deep) { return deep || 
 // activation rows are a multiple of 8 KB apart, which is when the rows of x
 // map alike in L2 (a guess the data fits, not a measured fact). Measured on
 // the H200: rotation took Qwen3-8B's down_proj (K = 12288) at R = 8 from 57%
-// to 75% of the read ceiling (docs/perf-notes.md, v5) and, with the one-wave
+// to 75% of the read ceiling (notes/perf/journal.md, v5) and, with the one-wave
 // cap, the K = 4096 shapes of the 8B models up by 1-3 points (v8), but cost
 // Llama's down_proj (K = 14336, rows 28 KB apart) 4 points (v5).
 // LD: elements from one activation row to the next. A function of the
@@ -237,7 +237,7 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const l
 // unit's activations then do not queue behind every weight the warp asked for
 // ahead of the wait: on the H200 that first round trip, which holds up the
 // ring's refills, cost Llama's o_proj 0.05 us at R = 1 and 0.45 us at R = 8
-// (docs/perf-notes.md v12). The schemas' LATE_SLOTS.
+// (notes/perf/journal.md v12). The schemas' LATE_SLOTS.
 template <int K, int LD, int NT, int P, int NW, int W, bool LONG, bool SPLIT = false, int LATE = 0>
 KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
                                      const long long (&hi)[NT], const kf_bf16 *x, int rows,
@@ -351,7 +351,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
   if constexpr (LONG) {
     // Rolled: unrolled, ptxas spilled 4 bytes at 40 registers (sm_100a
     // down_proj, W = 8); the short-K loops keep the compiler's unrolling
-    // (rolled cost them 1-8 points on the H200, docs/perf-notes.md v5).
+    // (rolled cost them 1-8 points on the H200, notes/perf/journal.md v5).
 #pragma unroll 1
     for (int j = 0; j < n; ++j)
       unit(j);

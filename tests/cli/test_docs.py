@@ -1,0 +1,114 @@
+"""docs/kinds.md against the schemas it is generated from.
+
+scripts/gen-kinds-doc writes docs/kinds.md from templates/*.json, the
+template headers' buffer notes and models/*.json. A schema changed without
+rerunning it leaves the page describing kernels that no longer exist; these
+tests fail then, and check that the page says what the schemas say. No GPU
+and no compiler needed.
+"""
+import difflib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from kfhelp import SRC
+
+GEN = os.path.join(SRC, "scripts", "gen-kinds-doc")
+KINDS_MD = os.path.join(SRC, "docs", "kinds.md")
+
+
+def generate(root=SRC, *extra):
+    """(exit status, stdout, stderr) of the generator over `root`."""
+    p = subprocess.run([sys.executable, GEN, "--root", root, "-o", "-", *extra],
+                       capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def section(text, template):
+    """The part of the page under `## template`, up to the next template."""
+    m = re.search(r"^## " + re.escape(template) + r"\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    return m.group(1) if m else None
+
+
+class KindsDoc(unittest.TestCase):
+    def copy_inputs(self):
+        """A scratch checkout with the generator's inputs only."""
+        tmp = tempfile.mkdtemp(prefix="kf-docs-")
+        self.addCleanup(shutil.rmtree, tmp)
+        for d in ("templates", "models"):
+            shutil.copytree(os.path.join(SRC, d), os.path.join(tmp, d))
+        os.mkdir(os.path.join(tmp, "docs"))
+        return tmp
+
+    def test_kinds_md_is_what_the_generator_writes_from_the_schemas(self):
+        rc, out, err = generate()
+        self.assertEqual(rc, 0, err)
+        have = read(KINDS_MD)
+        if have != out:
+            diff = "".join(difflib.unified_diff(have.splitlines(True), out.splitlines(True),
+                                                "docs/kinds.md", "generated", n=1))
+            self.fail("docs/kinds.md is stale: run scripts/gen-kinds-doc\n" + diff[:4000])
+
+    def test_check_fails_when_a_schema_changes_after_the_page_was_written(self):
+        tmp = self.copy_inputs()
+        shutil.copy(KINDS_MD, os.path.join(tmp, "docs", "kinds.md"))
+        rc, _, err = generate(tmp, "--check", "-o", os.path.join(tmp, "docs", "kinds.md"))
+        self.assertEqual(rc, 0, err)
+        path = os.path.join(tmp, "templates", "skinny_gemm.json")
+        schema = json.loads(read(path))
+        schema["params"]["K"]["multiple_of"] = 512
+        schema["args"].insert(3, {"name": "bias", "type": "const float*"})
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(schema, f)
+        rc, _, err = generate(tmp, "--check", "-o", os.path.join(tmp, "docs", "kinds.md"))
+        self.assertEqual(rc, 1)
+        self.assertIn("run scripts/gen-kinds-doc", err)
+        rc, out, err = generate(tmp)
+        self.assertEqual(rc, 0, err)
+        part = section(out, "skinny_gemm")
+        self.assertIn("multiple of 512", part)
+        self.assertIn("| 3 | `bias` | `const float*` | 8 |\n| 4 | `rows` | `int` | 4 |", part)
+
+    def test_every_schema_argument_is_listed_in_order_with_its_c_type(self):
+        page = read(KINDS_MD)
+        names = sorted(n for n in os.listdir(os.path.join(SRC, "templates")) if n.endswith(".json"))
+        self.assertTrue(names)
+        for n in names:
+            schema = json.loads(read(os.path.join(SRC, "templates", n)))
+            part = section(page, schema["template"])
+            self.assertIsNotNone(part, f"docs/kinds.md has no section for {n}")
+            rows = re.findall(r"^\| (\d+) \| `([^`]+)` \| `([^`]+)` \| (\d+) \|$", part, re.M)
+            self.assertEqual([(a["name"], a["type"]) for a in schema["args"]],
+                             [(r[1], r[2]) for r in rows], n)
+            self.assertEqual([str(i) for i in range(len(rows))], [r[0] for r in rows], n)
+            for p in schema["params"]:
+                self.assertIn(f"| `{p}` |", part, f"{n}: parameter {p}")
+
+    def test_decode_attention_buffers_are_on_the_page(self):
+        part = section(read(KINDS_MD), "decode_attention")
+        buffers = part.split("### Buffers", 1)[1].split("###", 1)[0]
+        self.assertIn("workspace   W * NUM_KV_HEADS * SPLITS * (G * HEAD_DIM + 4 * ceil(G / 2))", buffers)
+        self.assertIn("semaphores  W * NUM_KV_HEADS ints, zero before the first launch", buffers)
+
+    def test_a_malformed_schema_is_reported_with_its_place(self):
+        tmp = self.copy_inputs()
+        with open(os.path.join(tmp, "templates", "broken.json"), "w", encoding="utf-8") as f:
+            f.write('{"template": "broken",\n  "params": }\n')
+        rc, out, err = generate(tmp)
+        self.assertEqual(rc, 2)
+        self.assertEqual(out, "")
+        self.assertRegex(err, r"templates/broken\.json:2:\d+: error: ")
+
+
+if __name__ == "__main__":
+    unittest.main()
