@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define KF_STR_(x) #x
+#define KF_STR(x) KF_STR_(x)
+
 typedef struct {
   const char *src;
   const char *p;
@@ -17,7 +20,12 @@ typedef struct {
   char *err;
   size_t errlen;
   int failed;
+  int depth; /* open parentheses and unary minuses around the atom being parsed */
 } parser;
+
+/* Deeper nesting than any real expression needs is refused, so that hostile
+ * input cannot run the recursive descent off the stack. */
+#define EXPR_MAX_DEPTH 64
 
 static void fail(parser *ps, const char *fmt, const char *arg) {
   if (ps->failed)
@@ -40,9 +48,15 @@ static kf_value parse_atom(parser *ps) {
   kf_value v = {0, 0, 0};
   skip_ws(ps);
   char c = *ps->p;
+  if ((c == '(' || c == '-') && ps->depth >= EXPR_MAX_DEPTH) {
+    fail(ps, "nested deeper than %s levels", KF_STR(EXPR_MAX_DEPTH));
+    return v;
+  }
   if (c == '(') {
     ps->p++;
+    ps->depth++;
     v = parse_sum(ps);
+    ps->depth--;
     skip_ws(ps);
     if (*ps->p != ')')
       fail(ps, "expected ')'%s", "");
@@ -52,7 +66,9 @@ static kf_value parse_atom(parser *ps) {
   }
   if (c == '-') {
     ps->p++;
+    ps->depth++;
     v = parse_atom(ps);
+    ps->depth--;
     if (v.is_float)
       v.f = -v.f;
     else if (v.i == INT64_MIN)
@@ -209,7 +225,7 @@ static kf_value parse_sum(parser *ps) {
 
 int kf_expr_eval(const char *src, kf_lookup_fn lookup, void *ctx, kf_value *out, char *err,
                  size_t errlen) {
-  parser ps = {src, src, lookup, ctx, err, errlen, 0};
+  parser ps = {src, src, lookup, ctx, err, errlen, 0, 0};
   kf_value v = parse_sum(&ps);
   skip_ws(&ps);
   if (!ps.failed && *ps.p) {

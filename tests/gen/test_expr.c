@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int lookup(void *ctx, const char *name, kf_value *out) {
   (void)ctx;
@@ -217,6 +219,40 @@ KF_TEST(expr__malformed_numbers_are_errors) {
   KF_CHECK(fails("1.2.3"));
   KF_CHECK_CONTAINS(err, "bad number '1.2.3'");
   KF_CHECK(fails("0x10")); /* decimal only */
+}
+
+/* Builds prefix*n + mid + suffix*n (caller frees). */
+static char *nested(const char *prefix, int n, const char *mid, const char *suffix) {
+  size_t lp = strlen(prefix), lm = strlen(mid), ls = strlen(suffix);
+  char *s = malloc(n * (lp + ls) + lm + 1), *p = s;
+  for (int i = 0; i < n; i++, p += lp)
+    memcpy(p, prefix, lp);
+  memcpy(p, mid, lm), p += lm;
+  for (int i = 0; i < n; i++, p += ls)
+    memcpy(p, suffix, ls);
+  *p = '\0';
+  return s;
+}
+
+KF_TEST(expr__nesting_is_bounded_instead_of_overflowing_the_stack) {
+  char *ok = nested("(", 64, "heads", ")");
+  KF_CHECK(int_is(ok, 16));
+  free(ok);
+  ok = nested("-", 64, "heads", "");
+  KF_CHECK(int_is(ok, 16));
+  free(ok);
+  /* deep enough to crash a recursive parser without the bound */
+  const char *deep[][3] = {{"(", "1", ")"}, {"-", "1", ""}, {"(-", "1", ")"}};
+  for (size_t i = 0; i < sizeof deep / sizeof deep[0]; i++) {
+    char *bad = nested(deep[i][0], 1000000, deep[i][1], deep[i][2]);
+    KF_CHECK(fails(bad));
+    KF_CHECK_CONTAINS(err, "nested deeper than 64 levels at column ");
+    free(bad);
+  }
+  char *just_over = nested("(", 65, "1", ")");
+  KF_CHECK(fails(just_over));
+  KF_CHECK_CONTAINS(err, "nested deeper than 64 levels at column 65");
+  free(just_over);
 }
 
 KF_TEST(expr__value_format_is_canonical) {
