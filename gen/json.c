@@ -59,6 +59,9 @@ static int loc_string(locator *L) {
   while (L->p < L->end && *L->p != '"') {
     if ((unsigned char)*L->p < 0x20)
       return loc_fail(L, L->p, "control character in a string (a newline must be written \\n)");
+    if (*L->p == '\\' && L->end - L->p >= 6 && !memcmp(L->p + 1, "u0000", 5))
+      return loc_fail(L, L->p,
+                      "a string may not contain \\u0000 (NUL): it would cut the string short");
     L->p += *L->p == '\\' ? 2 : 1;
   }
   if (L->p >= L->end)
@@ -168,10 +171,15 @@ static const char *locate_error(const char *text, size_t len, char *msg, size_t 
 cJSON *kf_json_parse(const char *text, size_t len, const char *display) {
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1); /* text[len] is NUL */
-  if (root)
+  /* cJSON accepts \u0000 and ends the C string there, so "sm_90a\u0000x" would
+   * read as "sm_90a": the scanner refuses it */
+  if (root && !memmem(text, len, "\\u0000", 6))
     return root;
   char msg[160];
   const char *at = locate_error(text, len, msg, sizeof msg);
+  if (root && !at)
+    return root;
+  cJSON_Delete(root);
   if (!at) {
     /* cJSON refused what the scanner accepts (nesting depth, say) */
     at = cJSON_GetErrorPtr();

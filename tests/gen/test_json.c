@@ -43,6 +43,19 @@ KF_TEST(json__missing_comma_points_at_the_next_member) {
   KF_CHECK(syntax_error_is("{\"a\": \"x\"\n\t\"b\": 2}", "2:2", "expected ',' after member"));
 }
 
+KF_TEST(json__nul_escape_in_a_string_is_an_error_where_it_stands) {
+  const char *nul = "a string may not contain \\u0000 (NUL): it would cut the string short";
+  KF_CHECK(syntax_error_is("{\"name\": \"mal\\u0000probe\"}", "1:14", nul));
+  KF_CHECK(syntax_error_is("{\n  \"arches\": [\"sm_90a\\u0000x\"]\n}", "2:21", nul));
+  KF_CHECK(syntax_error_is("{\"hidden_size\\u0000 / 0\": 1}", "1:14", nul));
+  /* an escaped backslash followed by the letters u0000 is no NUL */
+  int ok;
+  char *out = parse_err("{\"a\": \"x\\\\u0000\"}", &ok);
+  KF_CHECK(ok);
+  KF_CHECK_STR_EQ(out, "");
+  free(out);
+}
+
 KF_TEST(json__single_quotes_are_named) {
   KF_CHECK(syntax_error_is("{\n  'name': 1\n}\n", "2:3",
                            "strings must use double quotes, not single quotes"));
