@@ -2,15 +2,14 @@
  * descriptions and template schemas (see expr.h). */
 #include "expr.h"
 
+#include "util.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define KF_STR_(x) #x
-#define KF_STR(x) KF_STR_(x)
 
 typedef struct {
   const char *src;

@@ -204,7 +204,7 @@ cJSON *kf_json_load(const char *path, const char *display) {
   size_t len;
   char *text = kf_read_file(path, &len);
   if (!text) {
-    kf_error(display, NULL, "cannot read: %s", strerror(errno));
+    kf_error(display, NULL, "cannot read: %s", kf_read_error(errno));
     return NULL;
   }
   if (memchr(text, '\0', len)) {

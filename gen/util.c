@@ -145,25 +145,32 @@ int kf_strv_contains(const kf_strv *s, const char *str) {
 }
 
 char *kf_read_file(const char *path, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return NULL;
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
+  int err = fstat(fd, &st) != 0                            ? errno
+            : S_ISDIR(st.st_mode)                          ? EISDIR
+            : !S_ISREG(st.st_mode)                         ? EINVAL /* a device, FIFO or socket */
+            : (unsigned long long)st.st_size > KF_READ_MAX ? EFBIG
+                                                           : 0;
+  if (err) {
     close(fd);
-    errno = e;
+    errno = err;
     return NULL;
   }
-  if (S_ISDIR(st.st_mode)) {
-    close(fd);
-    errno = EISDIR;
-    return NULL;
-  }
+  /* a file that grows while it is read stops at the limit too */
   size_t cap = (size_t)st.st_size + 1, n = 0;
   char *data = kf_xmalloc(cap);
   for (;;) {
     if (n + 1 >= cap) {
+      if (cap > KF_READ_MAX) {
+        free(data);
+        close(fd);
+        errno = EFBIG;
+        return NULL;
+      }
       cap *= 2;
       data = kf_xrealloc(data, cap);
     }
@@ -186,6 +193,17 @@ char *kf_read_file(const char *path, size_t *len) {
   if (len)
     *len = n;
   return data;
+}
+
+const char *kf_read_error(int err) {
+  switch (err) {
+  case EINVAL:
+    return "not a regular file";
+  case EFBIG:
+    return "larger than kforge reads (" KF_STR(KF_READ_MAX_MIB) " MiB)";
+  default:
+    return strerror(err);
+  }
 }
 
 static int write_all(int fd, const void *data, size_t len) {

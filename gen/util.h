@@ -44,8 +44,21 @@ char *kf_xstrdup(const char *s);
 char *kf_xstrndup(const char *s, size_t n);
 char *kf_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Reads a whole file; NUL-terminates. Returns NULL with errno set. */
+#define KF_STR_(x) #x
+#define KF_STR(x) KF_STR_(x)
+
+/* The largest file kforge reads whole (descriptions, configs, manifests,
+ * metas, objects): far above any real one, and a bound on what hostile input
+ * can make it allocate. */
+#define KF_READ_MAX_MIB 256
+#define KF_READ_MAX ((unsigned long long)KF_READ_MAX_MIB << 20)
+
+/* Reads a whole regular file; NUL-terminates. Never blocks on a FIFO and
+ * never reads a device. Returns NULL with errno set: EISDIR for a directory,
+ * EINVAL for anything else that is not a regular file, EFBIG past
+ * KF_READ_MAX; kf_read_error(errno) says it in words. */
 char *kf_read_file(const char *path, size_t *len);
+const char *kf_read_error(int err);
 /* Replaces path atomically: writes a temporary file beside it, fsyncs and
  * renames. Returns 0, or -1 with errno set (the old file is untouched). */
 int kf_write_file_atomic(const char *path, const void *data, size_t len);

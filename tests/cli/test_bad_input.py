@@ -6,6 +6,7 @@ Each test starts from a populated cache (a real build of a small good
 description) and runs one table of cases through `kforge build` and
 `kforge keys`."""
 import json
+import os
 import re
 import unittest
 
@@ -201,9 +202,28 @@ class BadInput(unittest.TestCase):
             ("unknown field in a longer expression", "2 * intermediate + 32", ("intermediate",)),
             ("division by zero", "hidden_size / 0", ()),
             ("string shape field in arithmetic", "dtype * 2", ("dtype",)),
+            ("nested 100000 levels deep", "(" * 100000 + "1" + ")" * 100000,
+             ("nested deeper than 64 levels",)),
+            ("unary minus 100000 deep", "-" * 100000 + "1", ("nested deeper than 64 levels",)),
         ]
         for label, expr, words in cases:
             self.run_case(label, mutate(setp(["kernels", 0, "params", "N"], expr)), P, words)
+
+    def test_descriptions_that_are_not_regular_files_are_refused_at_once(self):
+        w = self.w
+        fifo = w.path("models/fifo.json")
+        os.mkfifo(fifo)
+        os.mkdir(w.path("models/dir.json"))
+        for label, path, why in (("a FIFO", "models/fifo.json", "not a regular file"),
+                                 ("/dev/zero", "/dev/zero", "not a regular file"),
+                                 ("/dev/urandom", "/dev/urandom", "not a regular file"),
+                                 ("a directory", "models/dir.json", "Is a directory")):
+            with self.subTest(label):
+                for cmd in ("build", "keys"):
+                    r = w.kf(cmd, path, timeout=30)
+                    self.assertEqual(r.rc, 2, f"{label}: {r}")
+                    self.assertIn(f"{path}: error: cannot read: {why}", r.err, str(r))
+                    self.assertEqual(snapshot(w.path(w.cache)), self.cache0, label)
 
     def test_one_bad_description_among_good_ones_writes_nothing(self):
         self.w.dump_json("models/good2.json", dict(good_description(), name="fx-good2"))

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -25,6 +26,38 @@ static int dir_entries(const char *dir) {
     n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
   closedir(d);
   return n;
+}
+
+/* ---- reading ---- */
+
+KF_TEST(util__read_file_refuses_what_is_not_a_regular_file_without_blocking) {
+  const char *dir = fx_tmpdir();
+  char *fifo = kf_path_join(dir, "fifo");
+  KF_CHECK(mkfifo(fifo, 0600) == 0);
+  /* a blocking open of a FIFO with no writer would hang here */
+  KF_CHECK(kf_read_file(fifo, NULL) == NULL && errno == EINVAL);
+  KF_CHECK_STR_EQ(kf_read_error(EINVAL), "not a regular file");
+  KF_CHECK(kf_read_file("/dev/zero", NULL) == NULL && errno == EINVAL);
+  KF_CHECK(kf_read_file(dir, NULL) == NULL && errno == EISDIR);
+  free(fifo);
+}
+
+KF_TEST(util__read_file_refuses_a_file_over_the_limit) {
+  const char *dir = fx_tmpdir();
+  char *big = kf_path_join(dir, "big.json");
+  int fd = open(big, O_CREAT | O_WRONLY, 0600);
+  KF_CHECK(fd >= 0 && ftruncate(fd, (off_t)KF_READ_MAX + 1) == 0); /* sparse */
+  close(fd);
+  KF_CHECK(kf_read_file(big, NULL) == NULL && errno == EFBIG);
+  KF_CHECK_CONTAINS(kf_read_error(EFBIG), "larger than kforge reads (256 MiB)");
+  fd = open(big, O_WRONLY | O_TRUNC);
+  KF_CHECK(fd >= 0 && write(fd, "{}", 2) == 2);
+  close(fd);
+  size_t n = 0;
+  char *text = kf_read_file(big, &n);
+  KF_CHECK(text && n == 2 && !strcmp(text, "{}"));
+  free(text);
+  free(big);
 }
 
 /* ---- atomic writes ---- */
