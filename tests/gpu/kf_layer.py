@@ -139,6 +139,11 @@ def kforge_cache():
     return _cache[0]
 
 
+def set_cache(cache):
+    """Makes kforge_cache() return cache (a build of the models for sm_90a)."""
+    _cache[:] = [cache]
+
+
 def open_runtime(model, cache=None):
     """kforge.Runtime over the cache (default: kforge_cache()): .kernel(kind, rows)."""
     return kforge().Runtime(cache or kforge_cache(), model, device=0)
