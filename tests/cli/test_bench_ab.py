@@ -1,20 +1,26 @@
-"""The tuning-variant workflow without a GPU: tests/gpu/kf_direct.py's build
-options (kinds, overrides, checked against the template schemas) and
-scripts/bench-ab's arguments, rotation and summary."""
+"""The tuning-variant workflow without a GPU: variants built by kforge
+(bench/build-variant: --define, --override) into caches of their own, what
+the runtime loads from them (the kforge binding over the fake CUDA driver),
+and scripts/bench-ab's arguments, rotation and summary."""
 import importlib.machinery
 import importlib.util
 import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
 from contextlib import redirect_stderr
 
-from kfhelp import SRC
+from kfhelp import KFORGE, SRC, SUMMARY_RE, base_env
 
-sys.path.insert(0, os.path.join(SRC, "tests", "gpu"))
-import kf_direct  # noqa: E402
+VARIANT = os.path.join(SRC, "bench", "build-variant")
+FIXTURES = os.path.join(SRC, "tests", "fixtures")
+FX = os.path.join(FIXTURES, "models", "fx-small.json")  # 3 kinds x widths 1, 2; include_dirs
+QWEN = os.path.join(SRC, "models", "qwen3-0.6b.json")  # kernels from the qwen3 family
+FAKE_CUDA = os.path.join(os.environ.get("KFORGE_BINARY_DIR") or os.path.join(SRC, "build"),
+                         "tests", "runtime", "libfake_cuda.so")
 
 
 def load_bench_ab():
@@ -26,46 +32,112 @@ def load_bench_ab():
 
 
 AB = load_bench_ab()
-QWEN = os.path.join(SRC, "models", "qwen3-0.6b.json")
 
 
-class Overrides(unittest.TestCase):
-    def test_an_override_replaces_the_parameter(self):
-        _, kernels = kf_direct.load_model(QWEN, {"qkv_proj": {"LATE_SLOTS": 0}})
-        params = {k: p for k, _, p in kernels}
-        self.assertEqual(params["qkv_proj"]["LATE_SLOTS"], 0)
-        _, shipped = kf_direct.load_model(QWEN)
-        self.assertEqual({k: p for k, _, p in shipped}["qkv_proj"]["LATE_SLOTS"], 1)
+def run(argv):
+    return subprocess.run(argv, capture_output=True, text=True, env=base_env({"KFORGE_BIN": KFORGE}))
 
-    def test_a_parameter_the_template_lacks_is_an_error(self):
-        with self.assertRaisesRegex(kf_direct.Error, r"qkv_proj: override of 'LATE'.*LATE_SLOTS"):
-            kf_direct.load_model(QWEN, {"qkv_proj": {"LATE": 0}})
 
-    def test_a_kind_the_model_lacks_is_an_error(self):
-        with self.assertRaisesRegex(kf_direct.Error, "kinds the model does not have: qkv"):
-            kf_direct.load_model(QWEN, {"qkv": {"LATE_SLOTS": 0}})
+def variant(cache, *args):
+    return run([sys.executable, VARIANT, cache, *args])
 
-    def test_the_command_line_names_a_bad_override_and_exits_2(self):
-        err = io.StringIO()
-        with tempfile.TemporaryDirectory() as d, redirect_stderr(err):
-            rc = kf_direct.main(["kf_direct.py", "build", d, QWEN, "--arch", "sm_90a",
-                                 "--overrides", '{"o_proj": {"KSPLITS": 4}}'])
-            self.assertEqual(os.listdir(d), [])  # nothing compiled
-        self.assertEqual(rc, 2)
-        self.assertIn("override of 'KSPLITS'", err.getvalue())
 
-    def test_build_compiles_only_the_kinds_asked_for(self):
+def manifest(cache, model):
+    with open(os.path.join(cache, "v1", "manifests", model, "sm_90a.json")) as f:
+        return {k["id"]: k for k in json.load(f)["kernels"]}
+
+
+def meta(cache, entry):
+    with open(os.path.join(cache, "v1", entry["meta"])) as f:
+        return json.load(f)
+
+
+def keys(r):
+    return dict(line.split() for line in r.stdout.splitlines())
+
+
+class Variants(unittest.TestCase):
+    def test_a_define_and_an_override_build_variants_the_runtime_loads(self):
+        fx = ["--arch", "sm_90a", "--templates", os.path.join(FIXTURES, "templates"), "-j", "2",
+              "-I", os.path.join(FIXTURES, "third_party", "vendor_b")]
         with tempfile.TemporaryDirectory() as d:
-            res = kf_direct.build([QWEN], ["sm_90a"], d, kinds=["input_norm"],
-                                  overrides={"input_norm": {"EPS": 1e-3}})
-            self.assertEqual(sorted(kid for kid, _ in res),
-                             [f"qwen3-0.6b/input_norm/w{w}/sm_90a" for w in (1, 2, 4, 8)])
-            with open(os.path.join(d, "qwen3-0.6b", "sm_90a", "index.json")) as f:
-                index = json.load(f)
-            self.assertEqual({k["kind"] for k in index["kernels"]}, {"input_norm"})
-            self.assertEqual(index["kernels"][0]["template_params"]["EPS"], 1e-3)
-            with self.assertRaisesRegex(kf_direct.Error, "no kernel of kind qkv"):
-                kf_direct.build([QWEN], ["sm_90a"], d, kinds=["qkv"])
+            base, defd, over = (os.path.join(d, n) for n in ("base", "define", "override"))
+            for cache, extra in ((base, []), (defd, ["--define", "FX_TUNE=3"]),
+                                 (over, ["--override", "scale.ALPHA=0.25"])):
+                r = variant(cache, *fx, *extra, FX)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertRegex(r.stdout.strip().splitlines()[-1], SUMMARY_RE)
+            b, dm, om = manifest(base, "fx-small"), manifest(defd, "fx-small"), manifest(over, "fx-small")
+            self.assertEqual(len(b), 6)
+            self.assertEqual(set(b), set(dm))
+            self.assertEqual(set(b), set(om))
+            for kid in b:
+                # the define enters every key, and reaches the compiler
+                self.assertNotEqual(b[kid]["key"], dm[kid]["key"], kid)
+                self.assertIn("-DFX_TUNE=3", meta(defd, dm[kid])["command"])
+                self.assertNotIn("-DFX_TUNE=3", meta(base, b[kid])["command"])
+                # the override changes the scale kernels only: their keys, their
+                # parameter record and their code
+                changed = kid.startswith("fx-small/scale/")
+                self.assertEqual(b[kid]["key"] != om[kid]["key"], changed, kid)
+                alpha = [r["value"] for r in meta(over, om[kid])["inputs"] if r["name"] == "ALPHA"]
+                self.assertEqual(alpha, ["0.25"] if changed else [], kid)
+                if changed:
+                    self.assertNotEqual(b[kid]["checksum"], om[kid]["checksum"], kid)
+            # the copy of the description the override built (its include_dirs
+            # made absolute: the build above found the vendor headers)
+            with open(os.path.join(over, "descriptions", "fx-small.json")) as f:
+                desc = json.load(f)
+            self.assertEqual([k["params"] for k in desc["kernels"] if k["kind"] == "scale"],
+                             [{"N": "hidden_size", "ALPHA": 0.25}])
+            self.assertTrue(all(os.path.isabs(p) for p in desc["include_dirs"]))
+            # bench-ab reads the models and kinds of the manifests
+            self.assertEqual(AB.models_in(over), ["fx-small"])
+            self.assertEqual(AB.kinds_in(over, "fx-small"), {"add", "copy", "scale"})
+            # and the runtime loads what the manifest names: the variant's objects
+            sys.path.insert(0, os.path.join(SRC, "python"))
+            import kforge
+            for cache, m in ((base, b), (over, om)):
+                rt = kforge.Runtime(cache, "fx-small", lazy=True, driver_path=FAKE_CUDA)
+                self.assertEqual(sorted(rt.kernels()), sorted(m))
+                with self.assertRaises(kforge.Error) as e:  # a real cubin: the fake driver refuses it
+                    rt.kernel("scale", 2)
+                self.assertIn(os.path.join(cache, "v1", m["fx-small/scale/w2/sm_90a"]["object"]), str(e.exception))
+                rt.close()
+
+    def test_an_override_of_a_family_kernel_changes_only_its_keys(self):
+        with tempfile.TemporaryDirectory() as d:
+            shipped = run([KFORGE, "keys", "--arch", "sm_90a", "--cache", d, QWEN])
+            self.assertEqual(shipped.returncode, 0, shipped.stderr)
+            r = variant(os.path.join(d, "v"), "--keys", "--arch", "sm_90a", "--override",
+                        "qkv_proj.LATE_SLOTS=0", QWEN)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            a, b = keys(shipped), keys(r)
+            self.assertEqual(len(a), 32)
+            self.assertEqual(set(a), set(b))
+            self.assertEqual(sorted(k for k in a if a[k] != b[k]),
+                             [f"qwen3-0.6b/qkv_proj/w{w}/sm_90a" for w in (1, 2, 4, 8)])
+            with open(os.path.join(d, "v", "descriptions", "qwen3-0.6b.json")) as f:
+                desc = json.load(f)
+            self.assertEqual(desc["family"], "qwen3")
+            (qkv,) = desc["kernels"]
+            self.assertEqual((qkv["kind"], qkv["template"], qkv["params"]["LATE_SLOTS"]),
+                             ("qkv_proj", "skinny_gemm", 0))
+            self.assertEqual(qkv["params"]["K"], "hidden_size")  # the family's, copied
+
+    def test_bad_variants_exit_2_and_build_nothing(self):
+        cases = [(["--override", "qkv.LATE_SLOTS=0"], "no kernel of kind qkv to override"),
+                 (["--override", "qkv_proj.LATE=0"], 'unknown parameter "LATE" of template skinny_gemm'),
+                 (["--override", "qkv_proj=0"], "expected KIND.PARAM=VALUE"),
+                 (["--cache", "x"], "the cache is the first argument"),
+                 (["-DNOT AN IDENTIFIER"], "--define needs NAME or NAME=VALUE")]
+        with tempfile.TemporaryDirectory() as d:
+            for args, want in cases:
+                cache = os.path.join(d, "c")
+                r = variant(cache, "--arch", "sm_90a", *args, QWEN)
+                self.assertEqual(r.returncode, 2, (args, r.stderr))
+                self.assertIn(want, r.stderr, args)
+                self.assertFalse(os.path.exists(os.path.join(cache, "v1", "manifests")), args)
 
 
 class BenchAb(unittest.TestCase):
@@ -94,12 +166,16 @@ class BenchAb(unittest.TestCase):
 
     def test_bad_arguments_exit_2_before_any_gpu_work(self):
         with tempfile.TemporaryDirectory() as d:
-            for m in ("a", "b"):
-                os.makedirs(os.path.join(d, m, "qwen3-0.6b", "sm_90a"))
-                with open(os.path.join(d, m, "qwen3-0.6b", "sm_90a", "index.json"), "w") as f:
-                    json.dump({"kernels": [{"kind": "qkv_proj"}]}, f)
+            for m in ("a", "b"):  # caches as kforge lays them out, with one kind
+                mdir = os.path.join(d, m, "v1", "manifests", "qwen3-0.6b")
+                os.makedirs(mdir)
+                with open(os.path.join(mdir, "sm_90a.json"), "w") as f:
+                    json.dump({"format": 1, "kernels": [{"id": "qwen3-0.6b/qkv_proj/w1/sm_90a",
+                                                         "kind": "qkv_proj"}]}, f)
+            os.makedirs(os.path.join(d, "old", "qwen3-0.6b", "sm_90a"))  # not a kforge cache
             a, b = os.path.join(d, "a"), os.path.join(d, "b")
             cases = [([f"x={a}", f"y={d}/missing"], "no such build directory"),
+                     ([f"x={a}", f"y={d}/old"], "not a kforge cache"),
                      ([f"x={a}", f"y={b}", "--parts", "layer"], "needs every kind"),
                      ([f"x={a}", f"y={b}", "--parts", "speed"], "--parts"),
                      ([f"x={a}", f"y={b}", "--models", "llama-3.1-8b"], "not built in every build"),

@@ -1,18 +1,15 @@
 """Shared pieces of the GPU tests and scripts/bench-kernels for dense decoder
-layers: model shapes read from the descriptions, kernel access (the kforge
-binding, or tests/gpu/kf_direct.py when KF_TEST_LOADER=direct), the buffers a
-decode step needs, fp32 references of each kernel kind and of a whole layer,
-and one decoder layer through the eight kernels.
+layers: model shapes, kernel access (the kforge binding over a cache that
+kforge built), the buffers a decode step needs, fp32 references of each
+kernel kind and of a whole layer, and one decoder layer through the eight
+kernels.
 
 Tensors are torch CUDA tensors; references compute in fp32 (fp64 where noted)
 on upcast copies of the bf16 inputs.
 
 Environment: KFORGE_TEST_CACHE (a cache with the shipped models for sm_90a;
-else one is built with KFORGE_BIN or build/gen/kforge); KF_TEST_LOADER=direct
-with KF_DIRECT_DIR (kernels from kf_direct.build; KF_DIRECT_FLAGS passes
-compiler flags such as -DKF_FORCE_GENERIC, KF_DIRECT_PREBUILT=1 uses the
-directory as it is); KF_TEST_SPLITS for kernels built with another SPLITS;
-KF_TEST_MODELS="a,b" for some of the shipped models only.
+else one is built with KFORGE_BIN or build/gen/kforge); KF_TEST_MODELS="a,b"
+for some of the shipped models only.
 """
 import json
 import math
@@ -24,8 +21,7 @@ import tempfile
 import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kf_direct  # noqa: E402  (descriptions and the fallback loader)
+ARCH = "sm_90a"
 
 # KF_TEST_MODELS="a,b" narrows the tests and benchmarks to those models.
 MODELS = [m for m in os.environ.get("KF_TEST_MODELS", "llama-3.1-8b,qwen3-8b,qwen3-0.6b").split(",") if m]
@@ -35,12 +31,53 @@ BF16_NAN = 0x7FC0  # poison bits
 
 
 # ---- shapes -------------------------------------------------------------------
-class Shape:
-    """A model's shape and template parameters, from models/<name>.json."""
+def manifest_path(cache, model, arch=ARCH):
+    return os.path.join(cache, "v1", "manifests", model, arch + ".json")
 
-    def __init__(self, model):
-        path = os.path.join(ROOT, "models", model + ".json")
-        desc, kernels = kf_direct.load_model(path)
+
+def built_params(cache, model, arch=ARCH):
+    """{kind: (template, {param: value}, [widths])} as kforge built the
+    model into the cache: the template and its parameters are the "param"
+    records of each kernel's key (meta.json, docs/contracts.md), the widths
+    the manifest's."""
+    if (cache, model, arch) in _built:
+        return _built[(cache, model, arch)]
+    path = manifest_path(cache, model, arch)
+    with open(path) as f:
+        manifest = json.load(f)
+    out = {}
+    for k in manifest["kernels"]:
+        if k["kind"] not in out:
+            with open(os.path.join(cache, "v1", k["meta"])) as f:
+                recs = [r for r in json.load(f)["inputs"] if r["tag"] == "param"]
+            params = {r["name"]: _number(r["value"]) for r in recs if r["name"] not in ("template", "W")}
+            template = next(r["value"] for r in recs if r["name"] == "template")
+            out[k["kind"]] = (template, params, [])
+        out[k["kind"]][2].append(k["width"])
+    if not out:
+        raise RuntimeError(f"{path}: no kernels")
+    _built[(cache, model, arch)] = out
+    return out
+
+
+_built = {}
+
+
+def _number(text):
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+class Shape:
+    """A model's shape (models/<name>.json, its family's defaults for the
+    optional fields) and its kernels' template parameters as built into
+    the cache (default: kforge_cache())."""
+
+    def __init__(self, model, cache=None):
+        with open(os.path.join(ROOT, "models", model + ".json")) as f:
+            desc = json.load(f)
         self.name = desc["name"]
         self.family = desc.get("family")
         shape = dict(desc["shape"])
@@ -49,8 +86,9 @@ class Shape:
         for name, spec in fam.get("optional_fields", {}).items():
             if name not in shape and isinstance(spec, dict):
                 shape[name] = spec.get("default")
-        self.tparams = {kind: params for kind, _, params in kernels}
-        self.templates = {kind: schema["template"] for kind, schema, _ in kernels}
+        built = built_params(cache or kforge_cache(), model)
+        self.tparams = {kind: params for kind, (_, params, _) in built.items()}
+        self.templates = {kind: template for kind, (template, _, _) in built.items()}
         self.hidden = shape["hidden_size"]
         self.inter = shape["intermediate_size"]
         self.hq = shape["num_attention_heads"]
@@ -63,10 +101,9 @@ class Shape:
         self.rope_high = float(shape.get("rope_high_freq_factor") or 4.0)
         self.rope_orig = float(shape.get("rope_original_max_position_embeddings") or 8192)
         self.page_size = self.tparams["decode_attention"]["PAGE_SIZE"]
-        # KF_TEST_SPLITS: for kernels built with another SPLITS (tuning variants)
-        self.splits = int(os.environ.get("KF_TEST_SPLITS") or self.tparams["decode_attention"]["SPLITS"])
+        self.splits = self.tparams["decode_attention"]["SPLITS"]
         self.qk_norm = self.templates["rope_kv_write"].startswith("qknorm")
-        self.widths = sorted(desc.get("widths", [1, 2, 4, 8]))
+        self.widths = sorted(built["decode_attention"][2])
         self.g = self.hq // self.hkv
         self.qkv_n = (self.hq + 2 * self.hkv) * self.d
 
@@ -84,63 +121,49 @@ class Shape:
 
 
 # ---- kernel access ----------------------------------------------------------------
-_cache_dirs = {}
+_cache = []
 
 
-def _build_kforge_cache():
-    if "kforge" in _cache_dirs:
-        return _cache_dirs["kforge"]
-    cache = os.environ.get("KFORGE_TEST_CACHE")
-    if not cache:
-        kbin = os.environ.get("KFORGE_BIN") or os.path.join(ROOT, "build", "gen", "kforge")
-        cache = tempfile.mkdtemp(prefix="kf-gpu-cache-")
-        models = [os.path.join(ROOT, "models", m + ".json") for m in MODELS]
-        subprocess.run([kbin, "build", "--arch", "sm_90a", "--cache", cache, *models], check=True)
-    _cache_dirs["kforge"] = cache
-    return cache
+def kforge_cache():
+    """KFORGE_TEST_CACHE, else a cache built once here by kforge (KFORGE_BIN,
+    else build/gen/kforge) with the models for sm_90a."""
+    if not _cache:
+        cache = os.environ.get("KFORGE_TEST_CACHE")
+        if not cache:
+            kbin = os.environ.get("KFORGE_BIN") or os.path.join(ROOT, "build", "gen", "kforge")
+            cache = tempfile.mkdtemp(prefix="kf-gpu-cache-")
+            models = [os.path.join(ROOT, "models", m + ".json") for m in MODELS]
+            subprocess.run([kbin, "build", "--arch", ARCH, "--cache", cache,
+                            "--out", os.path.join(cache, "sources"), *models], check=True)
+        _cache.append(cache)
+    return _cache[0]
 
 
-def _build_direct_cache():
-    if "direct" in _cache_dirs:
-        return _cache_dirs["direct"]
-    cache = os.environ.get("KF_DIRECT_DIR") or os.path.join(tempfile.gettempdir(), "kf-direct")
-    flags = os.environ.get("KF_DIRECT_FLAGS", "").split()  # e.g. -DKF_FORCE_GENERIC
-    if not os.environ.get("KF_DIRECT_PREBUILT"):  # set: use the directory as built
-        kf_direct.build([os.path.join(ROOT, "models", m + ".json") for m in MODELS], ["sm_90a"],
-                        cache, extra=flags)
-    _cache_dirs["direct"] = cache
-    return cache
+def set_cache(cache):
+    """Makes kforge_cache() return cache (a build of the models for sm_90a)."""
+    _cache[:] = [cache]
 
 
-def loader_name():
-    return os.environ.get("KF_TEST_LOADER", "kforge")
+def open_runtime(model, cache=None):
+    """kforge.Runtime over the cache (default: kforge_cache()): .kernel(kind, rows)."""
+    return kforge().Runtime(cache or kforge_cache(), model, device=0)
 
 
-def open_runtime(model):
-    """A runtime for the model: kforge.Runtime, or kf_direct.Runtime when
-    KF_TEST_LOADER=direct. Both give .kernel(kind, rows)."""
-    if loader_name() == "direct":
-        return kf_direct.Runtime(_build_direct_cache(), model)
-    return _kforge().Runtime(_build_kforge_cache(), model, device=0)
-
-
-def _kforge():
+def kforge():
     """The installed kforge package, else the one in python/ (then the
     library comes from KFORGE_RT_LIBRARY)."""
     try:
-        import kforge
+        import kforge as k
     except ImportError:
         sys.path.insert(0, os.path.join(ROOT, "python"))
-        import kforge
-    return kforge
+        import kforge as k
+    return k
 
 
 def errors():
-    """(Error, NoKernelError) of the loader in use."""
-    if loader_name() == "direct":
-        return kf_direct.Error, kf_direct.NoKernelError
-    kforge = _kforge()
-    return kforge.Error, kforge.NoKernelError
+    """(Error, NoKernelError) of the binding."""
+    k = kforge()
+    return k.Error, k.NoKernelError
 
 
 def _param_name(p):

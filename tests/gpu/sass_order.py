@@ -8,7 +8,7 @@ it touches what that kernel writes. The templates keep the order in their
 source, but ptxas schedules the machine code: it treats ld.global.nc as a read
 of memory nothing writes while the kernel runs, and has hoisted such loads
 above the wait (a GEMM variant on sm_90a: its activation loads and matrix
-instructions all ran ahead of it, docs/perf-notes.md v12). So this reads the
+instructions all ran ahead of it, notes/perf/journal.md v12). So this reads the
 SASS. Before the first ACQBULK a kernel may issue:
   - the GEMMs (qkv_proj, o_proj, gate_up_proj, down_proj): their weight copies
     (LDGSTS) and shared-memory reads, nothing else from global memory;

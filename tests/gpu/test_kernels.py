@@ -1,6 +1,6 @@
-"""GPU tests (H200, sm_90a) of the dense decoder-layer kernels of issue 4, for
-every shipped model (Llama-3.1-8B, Qwen3-8B, Qwen3-0.6B), through the kforge
-Python binding (KF_TEST_LOADER=direct swaps in tests/gpu/kf_direct.py).
+"""GPU tests (H200, sm_90a) of the dense decoder-layer kernels, for every
+shipped model (Llama-3.1-8B, Qwen3-8B, Qwen3-0.6B), built by kforge and
+loaded through the kforge Python binding, as a server loads them.
 
 Needs a CUDA GPU; run by scripts/gpu-test, or one case with
 `python3 tests/pyrun.py tests/gpu/test_kernels.py test_decoder_layer`.
@@ -32,7 +32,7 @@ def setUpModule():
     if not torch.cuda.is_available():
         raise RuntimeError("tests/gpu needs a CUDA GPU")
     seed = int(os.environ.get("KF_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
-    print(f"[test_kernels] seed {seed}, loader {L.loader_name()}", flush=True)
+    print(f"[test_kernels] seed {seed}, kforge cache {L.kforge_cache()}", flush=True)
     torch.manual_seed(seed)
 
 
@@ -70,7 +70,7 @@ class _Base(unittest.TestCase):
         (width 1). All rows are compared, not only row 0: a width-dependent
         order of fp32 sums shows in bf16 outputs only where it crosses a
         rounding boundary, so each row compared is one more chance to see it
-        (docs/perf-notes.md, v18)."""
+        (notes/perf/journal.md, v18)."""
         configs = [[3, 0], [1, 2, 0, 3], [4, 0, 5, 6, 7]]  # widths 2, 4, 8
         alone = {r: run([r]) for r in sorted({r for ids in configs for r in ids})}
         for ids in configs:
@@ -267,8 +267,6 @@ class AttentionTests(_Base):
         SM, and where the runtime padded the dynamic shared memory (the
         manifest gives none) exactly that many (width 1, 256 blocks on the
         H200's 132 SMs: 2). 1024 bytes are reserved per block."""
-        if L.loader_name() != "kforge":
-            self.skipTest("the padding is the kforge runtime's")
         props = torch.cuda.get_device_properties(0)
         for model in L.MODELS:
             for rows in (1, 2, 8):

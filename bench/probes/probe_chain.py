@@ -2,7 +2,7 @@
 """What one link of a chain of dependent launches costs on this GPU.
 
 The Qwen3-0.6B projections take 2.8-3.7 us a launch in a CUDA graph however
-few their weight bytes (docs/perf-notes.md, v13), which v13 read as the
+few their weight bytes (notes/perf/journal.md, v13), which v13 read as the
 chain from one launch to the next: the wait for the kernel before, one
 activation round trip, the block's sum and the store. This times that chain
 without a projection around it. Each launch of kf_chain holds --mb MB of a
@@ -23,7 +23,7 @@ It prints us per launch: bench-kernels' time_graph (median of 15 replays
 of a graph of many launches).
 No verdict: the figures are for reading.
 
-Usage: python3 tests/gpu/probe_chain.py [--mb 0,4.2,8.4,12.6] [--blocks 132,264]
+Usage: python3 bench/probes/probe_chain.py [--mb 0,4.2,8.4,12.6] [--blocks 132,264]
 """
 import argparse
 import ctypes
@@ -34,7 +34,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kf_direct  # noqa: E402
+import launcher  # noqa: E402
 
 SRC = r"""
 template <int MODE>  // 0 graph, 1 pdl, 2 flag
@@ -89,7 +89,7 @@ MODES = ("graph", "pdl", "flag")
 
 
 def build():
-    mod, fns = kf_direct.load_probe(SRC, [f"kf_chain_{m}" for m in MODES], 200 * 1024)
+    mod, fns = launcher.load_probe(SRC, [f"kf_chain_{m}" for m in MODES], 200 * 1024)
     return mod, {m: fns[f"kf_chain_{m}"] for m in MODES}
 
 
@@ -106,13 +106,7 @@ def time_chain(bk, fn, mode, bufs, per, blocks, threads, reps):
                 ctypes.c_void_p(words[k % 2].data_ptr()), ctypes.c_void_p(words[(k + 1) % 2].data_ptr()),
                 ctypes.c_void_p(cnt.data_ptr() + 4 * k), ctypes.c_void_p(cnt.data_ptr() + 4 * (k + 1)),
                 ctypes.c_uint(0 if k == 0 else blocks)]
-        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
-        handle = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        if mode == "graph":
-            kf_direct._check(kf_direct._driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, shared, handle,
-                                                                ptrs, None), "launch")
-        else:
-            kf_direct.launch_programmatic(fn, (blocks, 1, 1), (threads, 1, 1), shared, handle, ptrs, "launch")
+        launcher.launch(fn, (blocks, 1, 1), (threads, 1, 1), shared, vals, programmatic=mode != "graph")
 
     t = bk.time_graph(launch, reps)
     if mode == "flag" and int(cnt[reps].item()) != blocks:
@@ -127,7 +121,7 @@ def main():
     ap.add_argument("--threads", type=int, default=512)
     a = ap.parse_args()
     mod, fns = build()  # noqa: F841 (the module must outlive the launches)
-    bk = kf_direct.load_bench_kernels()
+    bk = launcher.timing
     print(f"{torch.cuda.get_device_name()}: us per launch in a graph of chained launches "
           f"(median of 15 replays; {a.threads} threads a block)")
     print(f"{'MB':>5s} {'blocks':>6s} " + " ".join(f"{m:>7s}" for m in MODES))

@@ -3,8 +3,8 @@
 and the same dependence as decode attention at one or two rows, and none of
 its arithmetic.
 
-Decode attention at 8K tokens with one row misses issue 4's 75% of the read
-ceiling (docs/perf-notes.md, v17-v23). Any kernel for it must, per launch:
+Decode attention at 8K tokens with one row reaches less than 75% of the read
+ceiling (notes/perf/journal.md, v17-v23). Any kernel for it must, per launch:
 read each kv head's K and V rows of the row's tokens (256-byte rows, the
 heads of a token side by side, as in the paged cache), of which only the
 older tokens may be read before griddepcontrol.wait (q comes from the kernel
@@ -21,7 +21,7 @@ acquire-release atomic between two barriers, and the last block resets it:
 the cost of the merge up to the final one. The final merge (the last block
 reading the others' records) is left out: written here without arithmetic
 it took 2-8 us a launch more than the arrival alone, where the shipped
-kernel's takes about 1 us (docs/perf-notes.md, v23), so it bounded nothing.
+kernel's takes about 1 us (notes/perf/journal.md, v23), so it bounded nothing.
 
 Every shape is timed programmatically back to back in a CUDA graph (K and
 V rotated among copies), as bench-kernels times attention; the best shape
@@ -33,7 +33,7 @@ merge.
 No verdict: the figures are for reading. It fails if the counters are not
 left at zero or the launches wrote nothing.
 
-Usage: python3 tests/gpu/probe_attention_bound.py [--length 8192] [--rows 1,2]
+Usage: python3 bench/probes/probe_attention_bound.py [--length 8192] [--rows 1,2]
 """
 import argparse
 import ctypes
@@ -45,7 +45,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kf_direct  # noqa: E402
+import launcher  # noqa: E402
 
 SRC = r"""
 // Stream a block's pieces i = first + threadIdx.x, + blockDim.x, ... through a
@@ -135,7 +135,7 @@ MAX_SHARED = 200 * 1024
 
 
 def build():
-    return kf_direct.load_probe(SRC, [f"kf_{m}_s{st}" for m in KINDS for st in STAGES], MAX_SHARED)
+    return launcher.load_probe(SRC, [f"kf_{m}_s{st}" for m in KINDS for st in STAGES], MAX_SHARED)
 
 
 def time_shape(bk, fn, kv, length, rows, splits, threads, hold, stages, rec):
@@ -146,15 +146,13 @@ def time_shape(bk, fn, kv, length, rows, splits, threads, hold, stages, rec):
     sem = torch.zeros(KV_HEADS * rows, dtype=torch.int32, device="cuda")
 
     def launch(i):
-        handle = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)  # the capturing stream
         kc, vc = kv[i % len(kv)]
         vals = [ctypes.c_void_p(kc.data_ptr()), ctypes.c_void_p(vc.data_ptr()), ctypes.c_int(length),
                 ctypes.c_int(hold // 16), ctypes.c_void_p(words[i % 2].data_ptr()),
                 ctypes.c_void_p(words[(i + 1) % 2].data_ptr()), ctypes.c_void_p(ws.data_ptr()),
                 ctypes.c_void_p(sem.data_ptr()), ctypes.c_int(rec)]
-        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(x) for x in vals])
-        kf_direct.launch_programmatic(fn, (splits, KV_HEADS, rows), (threads, 1, 1), hold + stages * threads * 16,
-                                      handle, ptrs, "launch")
+        launcher.launch(fn, (splits, KV_HEADS, rows), (threads, 1, 1), hold + stages * threads * 16, vals,
+                        programmatic=True)  # on torch's current stream: the capturing one
 
     reps = len(kv) * max(1, math.ceil(48 / len(kv)))
     t = bk.time_graph(launch, reps)
@@ -179,7 +177,7 @@ def main():
     if any(int(x) not in STAGES for x in a.stages.split(",")):
         ap.error(f"--stages: built for {', '.join(map(str, STAGES))}")
     mod, fns = build()  # noqa: F841 (the module must outlive the launches)
-    bk = kf_direct.load_bench_kernels()
+    bk = launcher.timing
     probe = bk.Probe()
     ceiling = bk.measure_ceilings(probe)["read_bw"]
     rec = a.record // 16

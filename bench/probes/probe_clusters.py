@@ -3,13 +3,13 @@
 
 A cluster's blocks must all sit in one GPC, and how many SMs each GPC has
 is a property of the chip, so a grid of clusters can fail to run in one wave
-where the same grid without clusters would (docs/perf-notes.md, v19). For
+where the same grid without clusters would (notes/perf/journal.md, v19). For
 each cluster size and blocks-per-SM cap this prints the driver's answer
 (cuOccupancyMaxActiveClusters) and a measured one: a grid of BLOCKS blocks
 that each spin for 40 us, and how many of them started late (after another
 block's spin had ended: they waited for a slot), on how many SMs.
 
-Usage: python3 tests/gpu/probe_clusters.py [--sizes 2,4,8,16] [--per-sm 1,2]
+Usage: python3 bench/probes/probe_clusters.py [--sizes 2,4,8,16] [--per-sm 1,2]
                                            [--blocks 256]
 Blocks of 128 threads; the cap per SM is set, as the runtime sets it
 (rt_cuda.c), by dynamic shared memory that leaves no room for one more.
@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kf_direct  # noqa: E402
+import launcher  # noqa: E402
 
 SPIN = r"""
 extern "C" __global__ void spin(unsigned long long *out, long long ns) {
@@ -47,31 +47,31 @@ _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 
 def load_spin():
     """(module, the spin function), allowed clusters over 8 blocks."""
-    mod, fns = kf_direct.load_probe(SPIN, ["spin"])
+    mod, fns = launcher.load_probe(SPIN, ["spin"])
     fn = fns["spin"]
-    drv = kf_direct._driver()
-    kf_direct._check(drv.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-                     "non-portable cluster sizes")
+    drv = launcher.driver()
+    launcher.check(drv.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                   "non-portable cluster sizes")
     return mod, fn
 
 
 def probe(fn, out, size, per_sm, blocks):
     """(driver's max active clusters, blocks that started late, SMs used)."""
     import torch
-    shared = kf_direct._capped_shared(fn, 0, per_sm)  # the runtime's cap
-    drv = kf_direct._driver()
-    kf_direct._check(drv.cuFuncSetAttribute(fn, kf_direct._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                            shared), "dynamic shared memory")
-    attr = kf_direct._LaunchAttr(id=_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+    shared = launcher.capped_shared(fn, 0, per_sm)  # the runtime's cap
+    drv = launcher.driver()
+    launcher.check(drv.cuFuncSetAttribute(fn, launcher.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                   "dynamic shared memory")
+    attr = launcher.LaunchAttr(id=_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
     attr.value[0], attr.value[1], attr.value[2] = size, 1, 1
-    cfg = kf_direct._LaunchConfig(blocks, 1, 1, 128, 1, 1, shared, None, ctypes.pointer(attr), 1)
+    cfg = launcher.LaunchConfig(blocks, 1, 1, 128, 1, 1, shared, None, ctypes.pointer(attr), 1)
     n = ctypes.c_int()
-    kf_direct._check(drv.cuOccupancyMaxActiveClusters(ctypes.byref(n), fn, ctypes.byref(cfg)),
-                     "max active clusters")
+    launcher.check(drv.cuOccupancyMaxActiveClusters(ctypes.byref(n), fn, ctypes.byref(cfg)),
+                   "max active clusters")
     out.fill_(0)
     p, ns = ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(SPIN_NS)
     args = (ctypes.c_void_p * 2)(ctypes.addressof(p), ctypes.addressof(ns))
-    kf_direct._check(drv.cuLaunchKernelEx(ctypes.byref(cfg), fn, args, None), "launch the probe")
+    launcher.check(drv.cuLaunchKernelEx(ctypes.byref(cfg), fn, args, None), "launch the probe")
     torch.cuda.synchronize()
     rec = out.view(-1, 2)[:blocks].cpu()
     start = rec[:, 0] - rec[:, 0].min()
@@ -90,7 +90,7 @@ def main():
     if cc[0] < 9:
         sys.exit(f"probe_clusters: clusters need sm_90 or later; this GPU is sm_{cc[0]}{cc[1]}")
     mod, fn = load_spin()  # noqa: F841 (the module must outlive the launches)
-    sms = kf_direct._device_attr(_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+    sms = launcher.device_attr(_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
     out = torch.zeros(2 * a.blocks, dtype=torch.int64, device="cuda")
     print(f"{torch.cuda.get_device_name()}: {sms} SMs; {a.blocks} blocks of 128 threads, "
           f"each spinning {SPIN_NS // 1000} us")

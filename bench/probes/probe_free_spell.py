@@ -2,7 +2,7 @@
 """Whether reads run slow on this GPU right after the process frees many GB.
 
 On the H200, every read ran about 10% slower for a spell around large frees,
-whatever buffer it read (docs/perf-notes.md, v21 runs 7-10; v22 run 3
+whatever buffer it read (notes/perf/journal.md, v21 runs 7-10; v22 run 3
 timed it: about 2 ms per GiB freed): a benchmark timed in that spell reads
 low, and comes out bimodal. For each size this allocates that many GiB in
 1 GiB pieces, frees them to the driver at once (torch's empty_cache),
@@ -21,7 +21,7 @@ background (scrub on free, on for GH100); a spell that grows with the size
 freed, at a steady rate, points there. No verdict: the figures are for
 reading.
 
-Usage: python3 tests/gpu/probe_free_spell.py [--sizes 0,4,8,16,64] [--trace]
+Usage: python3 bench/probes/probe_free_spell.py [--sizes 0,4,8,16,64] [--trace]
 """
 import argparse
 import statistics
