@@ -6,6 +6,7 @@
 #include "model.h"
 #include "report.h"
 
+#include "arch.h"
 #include "json.h"
 
 #include <ctype.h>
@@ -14,57 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *const known_arches[] = {
-    "sm_75",   "sm_80",   "sm_86",   "sm_87",   "sm_89",   "sm_90",  "sm_90a",  "sm_100", "sm_100a",
-    "sm_100f", "sm_103",  "sm_103a", "sm_110",  "sm_110a", "sm_120", "sm_120a", "sm_121", "sm_121a",
-    "gfx900",  "gfx906",  "gfx908",  "gfx90a",  "gfx940",  "gfx941", "gfx942",  "gfx950", "gfx1030",
-    "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201", NULL};
-
-int kf_arch_is_hip(const char *arch) { return strncmp(arch, "gfx", 3) == 0; }
-
-int kf_arch_sm(const char *arch) {
-  return strncmp(arch, "sm_", 3) == 0 && isdigit((unsigned char)arch[3]) ? atoi(arch + 3) : 0;
-}
-
-int kf_arch_has_mma(const char *arch) { return kf_arch_sm(arch) >= 80; }
-
-int kf_arch_known(const char *arch) {
-  size_t base = strcspn(arch, ":");
-  for (const char *const *a = known_arches; *a; a++) {
-    if (strlen(*a) == base && strncmp(*a, arch, base) == 0) {
-      if (arch[base] == '\0')
-        return 1;
-      if (!kf_arch_is_hip(arch))
-        return 0;
-      /* HIP target features: ":xnack-", ":sramecc+", in any combination */
-      const char *p = arch + base;
-      while (*p == ':') {
-        p++;
-        const char *f = p;
-        while (*p && *p != ':')
-          p++;
-        size_t n = (size_t)(p - f);
-        if (n < 2 || (f[n - 1] != '+' && f[n - 1] != '-'))
-          return 0;
-        if (!(n - 1 == 5 && !strncmp(f, "xnack", 5)) && !(n - 1 == 7 && !strncmp(f, "sramecc", 7)))
-          return 0;
-      }
-      return *p == '\0';
-    }
-  }
-  return 0;
-}
-
-const char *kf_arch_known_list(void) {
-  static char list[512];
-  if (!list[0]) {
-    size_t o = 0;
-    for (const char *const *a = known_arches; *a; a++)
-      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", *a);
-  }
-  return list;
-}
 
 /* ---- names ---- */
 

@@ -92,18 +92,4 @@ void kf_model_free(kf_model *m);
 int kf_template_eval(const kf_kernel_desc *k, int width, int mma, const char *expr, int64_t *out,
                      char *err, size_t errlen);
 
-/* The NVIDIA compute capability number of an sm_* arch (90 for sm_90a,
- * 100 for sm_100a), 0 for any other arch. */
-int kf_arch_sm(const char *arch);
-
-/* 1 for the arches whose template code takes the matrix-instruction path
- * (NVIDIA sm_80 and later: KF_HAS_MMA_BF16 in kf_portability.cuh), else 0. */
-int kf_arch_has_mma(const char *arch);
-
-/* Arch names: returns 1 for a name kforge knows (sm_90a, gfx942:xnack-, …). */
-int kf_arch_known(const char *arch);
-int kf_arch_is_hip(const char *arch);
-/* Comma-separated list of known arches, for messages. */
-const char *kf_arch_known_list(void);
-
 #endif /* KF_MODEL_H */

@@ -3,6 +3,7 @@
 #ifndef KF_PLAN_H
 #define KF_PLAN_H
 
+#include "arch.h"
 #include "model.h"
 
 typedef struct {

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "toolchain.h"
 
+#include "arch.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -193,9 +195,17 @@ static const char *cache_get(const kf_strv *c, const char *key) {
   return NULL;
 }
 
-/* nvcc's target options for an arch name: sm_90a -> compute_90a/sm_90a. */
+/* nvcc's target options for an arch name: the virtual architecture of the
+ * same capability and variant, and the name itself as the real one
+ * (sm_90a -> compute_90a/sm_90a, sm_100f -> compute_100f/sm_100f). */
 static char *cuda_gencode(const char *arch) {
-  return kf_xasprintf("-gencode=arch=compute_%s,code=%s", arch + 3, arch);
+  rt_arch a;
+  rt_arch_parse(arch, &a); /* a known name: the model's loader checked it */
+  return kf_xasprintf("-gencode=arch=compute_%d%s,code=%s", a.code,
+                      a.variant == RT_ARCH_SPECIFIC ? "a"
+                      : a.variant == RT_ARCH_FAMILY ? "f"
+                                                    : "",
+                      a.base);
 }
 
 const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
@@ -210,11 +220,10 @@ const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
     /* nvcc lists the real architectures it can build for */
     char *argv[] = {tc->compiler, "--list-gpu-code", NULL};
     int rc = kf_run_capture(argv, &out);
-    /* it lists sm_90, not the arch-specific sm_90a / family sm_100f forms */
-    char *want = kf_xstrdup(arch);
-    size_t wl = strlen(want);
-    if (wl && (want[wl - 1] == 'a' || want[wl - 1] == 'f'))
-      want[wl - 1] = '\0';
+    /* it lists sm_90, not the arch-specific sm_90a / family sm_100f forms:
+     * look for the plain name of the same capability */
+    rt_arch a;
+    char *want = rt_arch_parse(arch, &a) == 0 ? kf_xasprintf("sm_%d", a.code) : kf_xstrdup(arch);
     if (rc == 0 && out) {
       int found = 0;
       char *save = NULL;

@@ -12,13 +12,13 @@
 #define KFORGE_RT_INTERNAL_H
 
 #include "kforge/runtime.h"
+#include "rt_arch.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 
 #define RT_REASON_MAX 1024 /* one reason line, truncated past this */
-#define RT_ARCH_MAX 64     /* "gfx942:sramecc+:xnack-" fits easily */
 #define RT_MAX_PARAMS 64   /* a manifest listing more is refused */
 
 #if defined(__GNUC__)
@@ -107,21 +107,16 @@ kf_status rt_driver_check(const rt_driver *d, rt_err *err, int code, const char 
                           const char *file, int line);
 #define RT_CHECK(d, err, call) rt_driver_check((d), (err), (int)(call), #call, __FILE__, __LINE__)
 
-/* ---- architectures (rt_arch.c) ----------------------------------------- */
+/* ---- architectures (rt_arch.c, declared in rt_arch.h) ------------------ */
 
-/* How well a manifest arch serves a device: 0 is the best match, larger is
- * worse, -1 means its objects can't run there. CUDA: sm_XYa only on X.Y
- * (rank 0), sm_XY on X.Y (1) and on later minors of X (1 + distance). HIP:
- * same gfx name, and every target feature the manifest names (xnack-) must
- * be set the same way on the device; more named features rank better. */
-int rt_arch_cuda_rank(const char *arch, int major, int minor);
-int rt_arch_hip_rank(const char *arch, const char *device_arch);
-/* Lists, best first, the arch names a device could run, into buf
- * ("sm_90a, sm_90"); for the reason when no manifest fits. */
-void rt_arch_cuda_wanted(int major, int minor, char *buf, size_t size);
-void rt_arch_hip_wanted(const char *device_arch, char *buf, size_t size);
+_Static_assert((int)RT_ARCH_CUDA == (int)KF_BACKEND_CUDA && (int)RT_ARCH_HIP == (int)KF_BACKEND_HIP,
+               "an arch's kind is its backend");
+
 /* True when name is a well-formed arch name of the backend. */
-int rt_arch_valid(kf_backend backend, const char *name);
+static inline int rt_arch_valid(kf_backend backend, const char *name) {
+  rt_arch a;
+  return rt_arch_parse(name, &a) == 0 && (int)a.kind == (int)backend;
+}
 
 /* ---- manifests (rt_manifest.c) ----------------------------------------- */
 

@@ -1,0 +1,29 @@
+/* arch.h: the arches the generator builds for. Names are read by the one
+ * arch grammar shared with the runtime (runtime/rt_arch.h); this module adds
+ * the table of arches kforge knows, and the predicates the planner and the
+ * toolchains ask of a name, each a test on the parsed arch. */
+#ifndef KF_ARCH_H
+#define KF_ARCH_H
+
+#include "rt_arch.h"
+
+/* The arches kforge builds for, in the order messages list them,
+ * NULL-terminated. A known name is one of these, plus, for a gfx arch, any of
+ * the target features xnack and sramecc set on (+) or off (-). */
+extern const char *const kf_arch_table[];
+
+/* Returns 1 for a name kforge knows (sm_90a, sm_100f, gfx942:xnack-), else 0. */
+int kf_arch_known(const char *arch);
+/* Comma-separated kf_arch_table, for messages; a static string. */
+const char *kf_arch_known_list(void);
+
+/* 1 for a gfx arch (built by hipcc, backend "hip"), else 0. */
+int kf_arch_is_hip(const char *arch);
+/* The NVIDIA compute capability as one integer (90 for sm_90a, 100 for
+ * sm_100f), 0 for any other arch. */
+int kf_arch_sm(const char *arch);
+/* 1 for the arches whose template code takes the matrix-instruction path
+ * (NVIDIA sm_80 and later: KF_HAS_MMA_BF16 in kf_portability.cuh), else 0. */
+int kf_arch_has_mma(const char *arch);
+
+#endif /* KF_ARCH_H */
