@@ -11,6 +11,7 @@
 #include "session.h"
 
 #include "json.h"
+#include "paths.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -26,16 +27,6 @@
 #ifndef KFORGE_VERSION
 #define KFORGE_VERSION "0.1.0"
 #endif
-
-const char *kf_default_templates_dir(void) {
-  const char *e = getenv("KFORGE_TEMPLATES");
-  return e && *e ? e : KFORGE_SOURCE_DIR "/templates";
-}
-
-const char *kf_default_families_dir(void) {
-  const char *e = getenv("KFORGE_FAMILIES");
-  return e && *e ? e : KFORGE_SOURCE_DIR "/models/families";
-}
 
 /* ---- options ---- */
 
