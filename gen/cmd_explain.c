@@ -119,8 +119,11 @@ int kf_cmd_explain(int argc, char **argv) {
     cJSON_AddStringToObject(json, "key", u->key);
     if (last_key)
       cJSON_AddStringToObject(json, "last_key", last_key);
+    cJSON_AddStringToObject(json, "templates_dir", cli.mopt.templates_dir);
+    cJSON_AddStringToObject(json, "families_dir", cli.mopt.families_dir);
   } else {
-    printf("kernel %s\nkey %s\n\ninputs:\n", id, u->key);
+    printf("kernel %s\nkey %s\ntemplates %s\nfamilies %s\n\ninputs:\n", id, u->key,
+           cli.mopt.templates_dir, cli.mopt.families_dir);
   }
   kf_strv changes = {0};
   for (size_t i = 0; i < u->records.n; i++) {

@@ -4,6 +4,7 @@
  * the same name, or from the few places Hugging Face spells it otherwise. */
 #include "commands.h"
 #include "json.h"
+#include "paths.h"
 #include "report.h"
 #include "session.h"
 

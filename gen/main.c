@@ -1,6 +1,8 @@
 /* main.c: the `kforge` command's entry: git-style subcommand dispatch. */
 #include "commands.h"
+#include "paths.h"
 #include "report.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -38,7 +40,17 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "--version")) {
-    puts("kforge " KFORGE_VERSION);
+    /* The directories too: which templates a kforge reads is part of what
+     * it builds. */
+    printf("kforge %s\ntemplates: %s\nfamilies: %s\n", KFORGE_VERSION, kf_default_templates_dir(),
+           kf_default_families_dir());
+    const char *dirs[] = {kf_default_templates_dir(), kf_default_families_dir()};
+    for (int i = 0; i < 2; i++)
+      if (!kf_path_exists(dirs[i]))
+        fprintf(stderr,
+                "kforge: warning: '%s' does not exist (is kforge installed?); set "
+                "KFORGE_TEMPLATES and KFORGE_FAMILIES or pass --templates and --families\n",
+                dirs[i]);
     return 0;
   }
   if (!strcmp(cmd, "help") && argc > 2) {

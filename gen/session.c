@@ -12,6 +12,7 @@
 #include "report.h"
 
 #include "json.h"
+#include "paths.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,16 +28,6 @@
 #ifndef KFORGE_VERSION
 #define KFORGE_VERSION "0.1.0"
 #endif
-
-const char *kf_default_templates_dir(void) {
-  const char *e = getenv("KFORGE_TEMPLATES");
-  return e && *e ? e : KFORGE_SOURCE_DIR "/templates";
-}
-
-const char *kf_default_families_dir(void) {
-  const char *e = getenv("KFORGE_FAMILIES");
-  return e && *e ? e : KFORGE_SOURCE_DIR "/models/families";
-}
 
 /* ---- options ---- */
 

@@ -68,8 +68,4 @@ int kf_session_key(kf_session *s, kf_unit *u);
 int kf_session_build(kf_session *s, int *cached, int *compiled, int *failed);
 void kf_session_free(kf_session *s);
 
-/* The default locations of the built-in templates and families. */
-const char *kf_default_templates_dir(void);
-const char *kf_default_families_dir(void);
-
 #endif /* KF_SESSION_H */

@@ -1,7 +1,15 @@
 """Finding libkforge_rt and declaring its C functions for ctypes.
 
-Search order: $KFORGE_RT_LIBRARY; libkforge_rt.so beside this package (in it,
-or in the folder holding it); the system's library path."""
+Search order, the first that loads wins:
+  1. $KFORGE_RT_LIBRARY (only it, when set);
+  2. a copy bundled in this package (copied into python/kforge/ before
+     `pip install`), or beside the package;
+  3. the library `cmake --install` put in the prefix this package was
+     installed into: <prefix>/lib/pythonX.Y/site-packages/kforge ->
+     <prefix>/lib, which holds for a virtual environment used as the prefix
+     and for /usr/local;
+  4. the system's loader (ld.so.conf, LD_LIBRARY_PATH).
+`path` is the file that was loaded, read back from the process's mappings."""
 import ctypes
 import ctypes.util
 import os
@@ -34,28 +42,53 @@ class Resources(ctypes.Structure):
     ]
 
 
+_NAMES = ("libkforge_rt.so", "libkforge_rt.so.0")
+
+
 def _candidates():
     env = os.environ.get("KFORGE_RT_LIBRARY")
     if env:
         yield env
         return
-    for folder in (_HERE, os.path.dirname(_HERE)):
-        for name in ("libkforge_rt.so", "libkforge_rt.so.0"):
+    site = os.path.dirname(_HERE)
+    # site-packages -> pythonX.Y -> lib: the prefix's library directory
+    prefix_lib = os.path.dirname(os.path.dirname(site))
+    for folder in (_HERE, site, prefix_lib):
+        for name in _NAMES:
             path = os.path.join(folder, name)
             if os.path.exists(path):
                 yield path
     found = ctypes.util.find_library("kforge_rt")
-    yield found or "libkforge_rt.so"
+    if found:
+        yield found
+    yield from _NAMES
+
+
+def _mapped_path():
+    """The file the loader mapped for a library loaded by name, else None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and os.path.basename(parts[5].strip()).startswith(
+                        "libkforge_rt.so"):
+                    return parts[5].strip()
+    except OSError:
+        pass
+    return None
 
 
 def _load():
     errors = []
     for path in _candidates():
         try:
-            return ctypes.CDLL(path), path
+            lib = ctypes.CDLL(path)
         except OSError as e:
             errors.append(f"{path}: {e}")
-    raise OSError("cannot load libkforge_rt (set KFORGE_RT_LIBRARY to its path): "
+            continue
+        return lib, _mapped_path() or path
+    raise OSError("cannot load libkforge_rt (install it with `cmake --install` into this "
+                  "package's prefix, or set KFORGE_RT_LIBRARY to its path): "
                   + "; ".join(errors))
 
 
