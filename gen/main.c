@@ -47,10 +47,10 @@ int main(int argc, char **argv) {
     const char *dirs[] = {kf_default_templates_dir(), kf_default_families_dir()};
     for (int i = 0; i < 2; i++)
       if (!kf_path_exists(dirs[i]))
-        fprintf(stderr,
-                "kforge: warning: '%s' does not exist (is kforge installed?); set "
-                "KFORGE_TEMPLATES and KFORGE_FAMILIES or pass --templates and --families\n",
-                dirs[i]);
+        kf_warning(NULL, NULL,
+                   "'%s' does not exist (is kforge installed?); set KFORGE_TEMPLATES and "
+                   "KFORGE_FAMILIES or pass --templates and --families",
+                   dirs[i]);
     return 0;
   }
   if (!strcmp(cmd, "help") && argc > 2) {
