@@ -15,13 +15,16 @@ static const char build_usage[] =
     "Validates the descriptions, writes the generated sources under --out, keys every\n"
     "kernel and compiles what the cache lacks. Last line: 'N kernels: H cached, C compiled,\n"
     "F failed'. --define (or -D) passes -DNAME[=VALUE] to the compiler for a tuning\n"
-    "variant; it enters the key like every compile argument. Exit 0 on success, 1 if a\n"
-    "compile failed, 2 on bad input.\n";
+    "variant; it enters the key like every compile argument. --json prints the counts\n"
+    "with failed_ids and missing_ids. Exit 0 on success, 1 if a compile failed, 2 on\n"
+    "bad input.\n";
 
 static const char warm_usage[] =
-    "usage: kforge warm [--arch LIST] [--cache DIR] [--out DIR] [-j N] MODEL.json...\n"
+    "usage: kforge warm [--arch LIST] [--cache DIR] [--out DIR] [-j N] [--json]\n"
+    "                   MODEL.json...\n"
     "Like build, for a container's cache warm step: exits 1 unless every kernel of the\n"
-    "descriptions is in the cache afterwards, and prints where the cache is.\n";
+    "descriptions is in the cache afterwards, and prints where the cache is. A complete\n"
+    "cache is only read, so it may be read-only. --json lists failed_ids and missing_ids.\n";
 
 /* The ids of the units in state st as a one-line JSON array (caller
  * frees). */
