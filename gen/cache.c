@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "cache.h"
 
+#include <cjson/cJSON.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -147,9 +149,205 @@ int kf_cache_prepare(kf_cache *c, char **err) {
   return 0;
 }
 
-int kf_cache_check_entry(const kf_cache *c, const char *key, cJSON **meta, char **why) {
+/* ---- meta.json ---- */
+
+static cJSON *inputs_json(const kf_entry_meta *m) {
+  cJSON *arr = cJSON_CreateArray();
+  for (size_t i = 0; i < m->ninputs; i++) {
+    const kf_meta_input *in = &m->inputs[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "tag", in->tag);
+    cJSON_AddStringToObject(o, "name", in->name);
+    cJSON_AddStringToObject(o, "hash", in->hash);
+    if (in->value)
+      cJSON_AddStringToObject(o, "value", in->value);
+    cJSON_AddItemToArray(arr, o);
+  }
+  return arr;
+}
+
+int kf_entry_meta_write(const char *dir, const kf_entry_meta *m) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "format", 1);
+  cJSON_AddStringToObject(o, "key", m->key);
+  cJSON_AddStringToObject(o, "kernel_id", m->kernel_id);
+  cJSON_AddStringToObject(o, "object", m->object);
+  cJSON_AddStringToObject(o, "checksum", m->checksum);
+  cJSON_AddNumberToObject(o, "size", (double)m->size);
+  cJSON *cmd = cJSON_AddArrayToObject(o, "command");
+  for (size_t i = 0; i < m->command.n; i++)
+    cJSON_AddItemToArray(cmd, cJSON_CreateString(m->command.v[i]));
+  cJSON_AddStringToObject(o, "compiler_output", m->compiler_output ? m->compiler_output : "");
+  cJSON_AddNumberToObject(o, "compile_seconds", m->compile_seconds);
+  const kf_meta_resources *r = &m->resources;
+  cJSON *res = cJSON_AddObjectToObject(o, "resources");
+  cJSON_AddNumberToObject(res, "registers", (double)r->registers);
+  cJSON_AddNumberToObject(res, "stack_bytes", (double)r->stack_bytes);
+  cJSON_AddNumberToObject(res, "spill_stores", (double)r->spill_stores);
+  cJSON_AddNumberToObject(res, "spill_loads", (double)r->spill_loads);
+  cJSON_AddNumberToObject(res, "shared_bytes", (double)r->shared_bytes);
+  cJSON_AddItemToObject(o, "inputs", inputs_json(m));
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  char *path = kf_path_join(dir, "meta.json");
+  int r2 = kf_write_file_atomic(path, text, strlen(text));
+  int e = errno;
+  free(path);
+  free(text);
+  errno = e;
+  return r2;
+}
+
+void kf_entry_meta_add_input(kf_entry_meta *m, const char *tag, const char *name, const char *hash,
+                             const char *value) {
+  m->inputs = kf_xrealloc(m->inputs, (m->ninputs + 1) * sizeof *m->inputs);
+  kf_meta_input *in = &m->inputs[m->ninputs++];
+  in->tag = kf_xstrdup(tag);
+  in->name = kf_xstrdup(name);
+  in->hash = kf_xstrdup(hash);
+  in->value = value ? kf_xstrdup(value) : NULL;
+}
+
+void kf_entry_meta_free(kf_entry_meta *m) {
+  free(m->key);
+  free(m->kernel_id);
+  free(m->object);
+  free(m->checksum);
+  kf_strv_free(&m->command);
+  free(m->compiler_output);
+  for (size_t i = 0; i < m->ninputs; i++) {
+    free(m->inputs[i].tag);
+    free(m->inputs[i].name);
+    free(m->inputs[i].hash);
+    free(m->inputs[i].value);
+  }
+  free(m->inputs);
+  memset(m, 0, sizeof *m);
+}
+
+static char *get_string(const cJSON *o, const char *name) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+  return cJSON_IsString(v) ? kf_xstrdup(v->valuestring) : NULL;
+}
+
+static long get_long(const cJSON *o, const char *name, long absent) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+  return cJSON_IsNumber(v) ? (long)v->valuedouble : absent;
+}
+
+static void take_meta(const cJSON *o, kf_entry_meta *m) {
+  m->key = get_string(o, "key");
+  m->kernel_id = get_string(o, "kernel_id");
+  m->object = get_string(o, "object");
+  m->checksum = get_string(o, "checksum");
+  m->compiler_output = get_string(o, "compiler_output");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "size");
+  m->has_size = cJSON_IsNumber(v);
+  m->size = m->has_size ? (long long)v->valuedouble : 0;
+  v = cJSON_GetObjectItemCaseSensitive(o, "compile_seconds");
+  m->has_seconds = cJSON_IsNumber(v);
+  m->compile_seconds = m->has_seconds ? v->valuedouble : 0;
+  v = cJSON_GetObjectItemCaseSensitive(o, "command");
+  for (const cJSON *a = cJSON_IsArray(v) ? v->child : NULL; a; a = a->next)
+    if (cJSON_IsString(a))
+      kf_strv_push(&m->command, a->valuestring);
+  const cJSON *res = cJSON_GetObjectItemCaseSensitive(o, "resources");
+  m->has_resources = cJSON_IsObject(res);
+  m->resources.registers = get_long(res, "registers", -1);
+  m->resources.stack_bytes = get_long(res, "stack_bytes", -1);
+  m->resources.spill_stores = get_long(res, "spill_stores", -1);
+  m->resources.spill_loads = get_long(res, "spill_loads", -1);
+  m->resources.shared_bytes = get_long(res, "shared_bytes", -1);
+  v = cJSON_GetObjectItemCaseSensitive(o, "inputs");
+  for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e; e = e->next) {
+    char *tag = get_string(e, "tag"), *name = get_string(e, "name");
+    char *hash = get_string(e, "hash"), *value = get_string(e, "value");
+    if (tag && name)
+      kf_entry_meta_add_input(m, tag, name, hash ? hash : "", value);
+    free(tag);
+    free(name);
+    free(hash);
+    free(value);
+  }
+}
+
+/* Reads dir/meta.json. Returns 0, -1 when it cannot be read (errno set) or
+ * -2 when it is not a JSON object. */
+static int load_meta_at(const char *dir, kf_entry_meta *m) {
+  memset(m, 0, sizeof *m);
+  char *mp = kf_path_join(dir, "meta.json");
+  size_t len;
+  char *text = kf_read_file(mp, &len);
+  int e = errno;
+  free(mp);
+  if (!text) {
+    errno = e;
+    return -1;
+  }
+  cJSON *o = cJSON_ParseWithLength(text, len);
+  free(text);
+  if (!cJSON_IsObject(o)) {
+    cJSON_Delete(o);
+    return -2;
+  }
+  take_meta(o, m);
+  cJSON_Delete(o);
+  return 0;
+}
+
+int kf_entry_meta_load(const kf_cache *c, const char *key, kf_entry_meta *m) {
+  if (!valid_key(key)) {
+    memset(m, 0, sizeof *m);
+    return -1;
+  }
+  char *dir = kf_cache_entry_dir(c, key);
+  int r = load_meta_at(dir, m);
+  free(dir);
+  return r == 0 ? 0 : -1;
+}
+
+/* ---- checking ---- */
+
+/* Checks the object named by a well-formed meta m against its checksum and
+ * size. Returns NULL or why it does not match (caller frees). */
+static char *check_object(const char *dir, const kf_entry_meta *m) {
+  char *op = kf_path_join(dir, m->object);
+  size_t olen;
+  char *bytes = kf_read_file(op, &olen);
+  free(op);
+  if (!bytes)
+    return kf_xasprintf("%s is missing", m->object);
+  char hex[33];
+  kf_hash128_hex(bytes, olen, hex);
+  free(bytes);
+  if ((long long)olen != m->size)
+    return kf_xasprintf("%s has %zu bytes, meta.json says %lld", m->object, olen, m->size);
+  if (strcmp(hex, m->checksum) != 0)
+    return kf_xasprintf("%s checksum %s does not match meta.json's %s", m->object, hex,
+                        m->checksum);
+  return NULL;
+}
+
+/* Why key's entry in dir is not good, or NULL when it is; *missing is set
+ * when there is no entry at all. */
+static char *check_entry_at(const char *dir, const char *key, kf_entry_meta *m, int *missing) {
+  int r = load_meta_at(dir, m);
+  if (r == -1 && errno == ENOENT && !kf_path_exists(dir)) {
+    *missing = 1;
+    return NULL;
+  }
+  if (r == -1)
+    return kf_xstrdup("meta.json is missing or unreadable");
+  if (r == -2 || !m->object || !m->checksum || !m->has_size || !m->key || strchr(m->object, '/'))
+    return kf_xstrdup("meta.json is damaged");
+  if (strcmp(m->key, key) != 0)
+    return kf_xasprintf("meta.json belongs to key %s", m->key);
+  return check_object(dir, m);
+}
+
+int kf_cache_check_entry(const kf_cache *c, const char *key, kf_entry_meta *meta, char **why) {
   if (meta)
-    *meta = NULL;
+    memset(meta, 0, sizeof *meta);
   if (why)
     *why = NULL;
   if (!valid_key(key)) { /* e.g. from a hand-edited manifest: never a path */
@@ -158,70 +356,19 @@ int kf_cache_check_entry(const kf_cache *c, const char *key, cJSON **meta, char 
     return KF_ENTRY_DAMAGED;
   }
   char *dir = kf_cache_entry_dir(c, key);
-  char *mp = kf_path_join(dir, "meta.json");
-  size_t len;
-  char *text = kf_read_file(mp, &len);
-  free(mp);
-  if (!text) {
-    int missing = errno == ENOENT && !kf_path_exists(dir);
-    free(dir);
-    if (missing)
-      return KF_ENTRY_MISSING;
-    if (why)
-      *why = kf_xstrdup("meta.json is missing or unreadable");
-    return KF_ENTRY_DAMAGED;
-  }
-  cJSON *m = cJSON_ParseWithLength(text, len);
-  free(text);
-  const cJSON *obj = m ? cJSON_GetObjectItemCaseSensitive(m, "object") : NULL;
-  const cJSON *sum = m ? cJSON_GetObjectItemCaseSensitive(m, "checksum") : NULL;
-  const cJSON *size = m ? cJSON_GetObjectItemCaseSensitive(m, "size") : NULL;
-  const cJSON *mkey = m ? cJSON_GetObjectItemCaseSensitive(m, "key") : NULL;
-  if (!cJSON_IsString(obj) || !cJSON_IsString(sum) || !cJSON_IsNumber(size) ||
-      !cJSON_IsString(mkey) || strchr(obj->valuestring, '/')) {
-    cJSON_Delete(m);
-    free(dir);
-    if (why)
-      *why = kf_xstrdup("meta.json is damaged");
-    return KF_ENTRY_DAMAGED;
-  }
-  if (strcmp(mkey->valuestring, key) != 0) {
-    if (why)
-      *why = kf_xasprintf("meta.json belongs to key %s", mkey->valuestring);
-    cJSON_Delete(m);
-    free(dir);
-    return KF_ENTRY_DAMAGED;
-  }
-  char *op = kf_path_join(dir, obj->valuestring);
+  kf_entry_meta m;
+  int missing = 0;
+  char *bad = check_entry_at(dir, key, &m, &missing);
   free(dir);
-  size_t olen;
-  char *bytes = kf_read_file(op, &olen);
-  free(op);
-  int state = KF_ENTRY_OK;
-  if (!bytes) {
-    state = KF_ENTRY_DAMAGED;
-    if (why)
-      *why = kf_xasprintf("%s is missing", obj->valuestring);
-  } else {
-    char hex[33];
-    kf_hash128_hex(bytes, olen, hex);
-    if ((double)olen != size->valuedouble) {
-      state = KF_ENTRY_DAMAGED;
-      if (why)
-        *why = kf_xasprintf("%s has %zu bytes, meta.json says %.0f", obj->valuestring, olen,
-                            size->valuedouble);
-    } else if (strcmp(hex, sum->valuestring) != 0) {
-      state = KF_ENTRY_DAMAGED;
-      if (why)
-        *why = kf_xasprintf("%s checksum %s does not match meta.json's %s", obj->valuestring, hex,
-                            sum->valuestring);
-    }
-  }
-  free(bytes);
+  int state = missing ? KF_ENTRY_MISSING : bad ? KF_ENTRY_DAMAGED : KF_ENTRY_OK;
   if (state == KF_ENTRY_OK && meta)
     *meta = m;
   else
-    cJSON_Delete(m);
+    kf_entry_meta_free(&m);
+  if (why)
+    *why = bad;
+  else
+    free(bad);
   return state;
 }
 

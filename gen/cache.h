@@ -8,8 +8,6 @@
 
 #include "util.h"
 
-#include <cjson/cJSON.h>
-
 typedef struct {
   char *root; /* as given, absolute */
   char *v1;   /* root/v1 */
@@ -27,11 +25,54 @@ int kf_cache_prepare(kf_cache *c, char **err);
 char *kf_cache_entry_dir(const kf_cache *c, const char *key);
 char *kf_cache_manifest_path(const kf_cache *c, const char *model, const char *arch);
 
+/* One input of a key as meta.json keeps it, for `explain`. */
+typedef struct {
+  char *tag;
+  char *name;
+  char *hash;  /* 16 hex digits */
+  char *value; /* NULL for file and source records (their tokens are not kept) */
+} kf_meta_input;
+
+/* What the compiler reported about the code object; -1: not reported. */
+typedef struct {
+  long registers, stack_bytes, spill_stores, spill_loads, shared_bytes;
+} kf_meta_resources;
+
+/* An entry's meta.json. A loaded one may be incomplete: a string member that
+ * is absent or not a string is NULL, a number that is absent is marked. */
+typedef struct {
+  char *key;
+  char *kernel_id;
+  char *object;   /* file name of the code object inside the entry */
+  char *checksum; /* of the object, 32 hex digits when well formed */
+  int has_size;
+  long long size;  /* the object's bytes */
+  kf_strv command; /* the compile command, output path included */
+  char *compiler_output;
+  int has_seconds;
+  double compile_seconds;
+  int has_resources;
+  kf_meta_resources resources;
+  kf_meta_input *inputs;
+  size_t ninputs;
+} kf_entry_meta;
+
+/* Writes m as dir/meta.json (atomically). Returns 0 or -1 with errno set. */
+int kf_entry_meta_write(const char *dir, const kf_entry_meta *m);
+/* Reads key's meta.json, however incomplete. Returns 0, or -1 when it cannot
+ * be read or is not a JSON object (m is then empty). Free m either way. */
+int kf_entry_meta_load(const kf_cache *c, const char *key, kf_entry_meta *m);
+/* Appends an input (strings copied; value may be NULL). */
+void kf_entry_meta_add_input(kf_entry_meta *m, const char *tag, const char *name, const char *hash,
+                             const char *value);
+void kf_entry_meta_free(kf_entry_meta *m);
+
 /* Entry state after checking the object against meta.json's checksum. */
 enum { KF_ENTRY_MISSING = 0, KF_ENTRY_OK = 1, KF_ENTRY_DAMAGED = -1 };
-/* Checks an entry. On OK, *meta (if non-NULL) gets meta.json's tree (caller
- * frees). On DAMAGED, *why (if non-NULL) says what is wrong (caller frees). */
-int kf_cache_check_entry(const kf_cache *c, const char *key, cJSON **meta, char **why);
+/* Checks an entry. On OK, *meta (if non-NULL) gets its meta.json (free with
+ * kf_entry_meta_free); otherwise *meta is left empty. On DAMAGED, *why (if
+ * non-NULL) says what is wrong (caller frees). */
+int kf_cache_check_entry(const kf_cache *c, const char *key, kf_entry_meta *meta, char **why);
 
 /* Takes the key's lock (blocking). Returns an fd to pass to kf_cache_unlock,
  * or -1 with errno set. */

@@ -1,8 +1,9 @@
 /* cmd_build.c: `kforge build` (offline builds by kernel developers) and
  * `kforge warm` (the cache warm step of a container build). */
 #include "commands.h"
-#include "report.h"
 #include "session.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,50 +15,68 @@ static const char build_usage[] =
     "Validates the descriptions, writes the generated sources under --out, keys every\n"
     "kernel and compiles what the cache lacks. Last line: 'N kernels: H cached, C compiled,\n"
     "F failed'. --define (or -D) passes -DNAME[=VALUE] to the compiler for a tuning\n"
-    "variant; it enters the key like every compile argument. Exit 0 on success, 1 if a\n"
-    "compile failed, 2 on bad input.\n";
+    "variant; it enters the key like every compile argument. --json prints the counts\n"
+    "with failed_ids and missing_ids. Exit 0 on success, 1 if a compile failed, 2 on\n"
+    "bad input.\n";
 
 static const char warm_usage[] =
-    "usage: kforge warm [--arch LIST] [--cache DIR] [--out DIR] [-j N] MODEL.json...\n"
+    "usage: kforge warm [--arch LIST] [--cache DIR] [--out DIR] [-j N] [--json]\n"
+    "                   MODEL.json...\n"
     "Like build, for a container's cache warm step: exits 1 unless every kernel of the\n"
-    "descriptions is in the cache afterwards, and prints where the cache is.\n";
+    "descriptions is in the cache afterwards, and prints where the cache is. A complete\n"
+    "cache is only read, so it may be read-only. --json lists failed_ids and missing_ids.\n";
+
+/* The ids of the units in state st as a one-line JSON array (caller
+ * frees). */
+static char *ids_json(const kf_session *s, int st) {
+  cJSON *arr = cJSON_CreateArray();
+  for (size_t i = 0; i < s->plan.n; i++)
+    if (s->units[i].state == st)
+      cJSON_AddItemToArray(arr, cJSON_CreateString(s->plan.v[i].id));
+  char *text = cJSON_PrintUnformatted(arr);
+  cJSON_Delete(arr);
+  return text;
+}
+
+static void print_json(const kf_session *s, int cached, int compiled, int failed, double seconds) {
+  cJSON *root = cJSON_CreateString(s->cache.root);
+  char *cache = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  /* a failed kernel has no entry, so the missing are the failed */
+  char *failed_ids = ids_json(s, KF_UNIT_FAILED);
+  printf("{\"kernels\": %d, \"cached\": %d, \"compiled\": %d, \"failed\": %d, "
+         "\"parsed\": %d, \"seconds\": %.3f, \"cache\": %s, \"failed_ids\": %s, "
+         "\"missing_ids\": %s}\n",
+         cached + compiled + failed, cached, compiled, failed, s->reparsed, seconds, cache,
+         failed_ids, failed_ids);
+  free(failed_ids);
+  free(cache);
+}
+
+static void print_text(const kf_session *s, int warm, int cached, int compiled, int failed) {
+  if (warm)
+    printf("cache: %s\n", s->cache.root);
+  for (size_t i = 0; i < s->plan.n; i++)
+    if (s->units[i].state == KF_UNIT_FAILED)
+      printf("%s: %s\n", warm ? "missing" : "failed", s->plan.v[i].id);
+  printf("%d kernels: %d cached, %d compiled, %d failed\n", cached + compiled + failed, cached,
+         compiled, failed);
+}
 
 static int run(int argc, char **argv, int warm) {
-  const char *usage = warm ? warm_usage : build_usage;
   kf_cli cli;
-  int rc = kf_cli_parse(&cli, argc, argv, usage, NULL, NULL);
-  if (rc)
-    return rc == 1 ? 0 : rc;
-  if (cli.inputs.n == 0) {
-    kf_usage_error(usage, "no description given");
-    kf_cli_free(&cli);
-    return 2;
-  }
   kf_session s;
+  int rc = kf_session_open(&s, &cli, argc, argv, warm ? warm_usage : build_usage, 1);
+  if (rc != KF_SESSION_READY)
+    return rc;
   double t0 = kf_now();
-  rc = kf_session_load(&s, &cli, 1);
   int cached = 0, compiled = 0, failed = 0;
-  if (rc == 0)
-    rc = kf_session_build(&s, &cached, &compiled, &failed);
+  rc = kf_session_build(&s, &cached, &compiled, &failed);
   if (rc == 0 || rc == 1) {
-    if (cli.json) {
-      printf("{\"kernels\": %d, \"cached\": %d, \"compiled\": %d, \"failed\": %d, "
-             "\"parsed\": %d, \"seconds\": %.3f, \"cache\": \"%s\"}\n",
-             cached + compiled + failed, cached, compiled, failed, s.reparsed, kf_now() - t0,
-             s.cache.root);
-    } else {
-      for (size_t i = 0; i < s.plan.n && !warm; i++)
-        if (s.units[i].state == KF_UNIT_FAILED)
-          printf("failed: %s\n", s.plan.v[i].id);
-      if (warm) {
-        printf("cache: %s\n", s.cache.root);
-        for (size_t i = 0; i < s.plan.n; i++)
-          if (s.units[i].state == KF_UNIT_FAILED)
-            printf("missing: %s\n", s.plan.v[i].id);
-      }
-      printf("%d kernels: %d cached, %d compiled, %d failed\n", cached + compiled + failed, cached,
-             compiled, failed);
-    }
+    if (cli.json)
+      print_json(&s, cached, compiled, failed, kf_now() - t0);
+    else
+      print_text(&s, warm, cached, compiled, failed);
   }
   kf_session_free(&s);
   kf_cli_free(&cli);

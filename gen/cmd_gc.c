@@ -5,14 +5,17 @@
 #include "commands.h"
 #include "report.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char usage[] =
-    "usage: kforge gc --max-size SIZE [--cache DIR]\n"
+    "usage: kforge gc --max-size SIZE [--cache DIR] [--json]\n"
     "Evicts least recently used entries until the cache holds at most SIZE bytes\n"
-    "(suffixes K, M, G); entries that no manifest references go first.\n";
+    "(suffixes K, M, G); entries that no manifest references go first. --json prints\n"
+    "{\"cache\", \"evicted\": [{key, kernel_id, bytes, referenced}], \"evicted_bytes\",\n"
+    "\"remaining_bytes\"} instead.\n";
 
 static int cmp_victim(const void *a, const void *b) {
   const kf_entry_info *x = a, *y = b;
@@ -23,10 +26,20 @@ static int cmp_victim(const void *a, const void *b) {
   return strcmp(x->key, y->key);
 }
 
+static void evicted_json(cJSON *list, const kf_entry_info *e) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "key", e->key);
+  cJSON_AddStringToObject(o, "kernel_id", e->kernel_id);
+  cJSON_AddNumberToObject(o, "bytes", (double)e->bytes);
+  cJSON_AddBoolToObject(o, "referenced", e->referenced);
+  cJSON_AddItemToArray(list, o);
+}
+
 int kf_cmd_gc(int argc, char **argv) {
   kf_cache c;
   const char *max = NULL;
-  int rc = kf_cache_cli(argc, argv, usage, &c, NULL, &max);
+  int json = 0;
+  int rc = kf_cache_cli(argc, argv, usage, &c, &json, &max);
   if (rc)
     return rc == 1 ? 0 : rc;
   uint64_t limit;
@@ -44,21 +57,37 @@ int kf_cmd_gc(int argc, char **argv) {
   qsort(l.v, l.n, sizeof *l.v, cmp_victim);
   int evicted = 0;
   long long freed = 0;
+  cJSON *list = json ? cJSON_CreateArray() : NULL;
   for (size_t i = 0; i < l.n && (uint64_t)total > limit; i++) {
     int fd = kf_cache_trylock(&c, l.v[i].key);
     if (fd < 0)
       continue;
     if (kf_cache_remove_entry(&c, l.v[i].key) == 0) {
-      printf("evicted %s %s%s\n", l.v[i].key, l.v[i].kernel_id,
-             l.v[i].referenced ? " (referenced by a manifest)" : "");
+      if (list)
+        evicted_json(list, &l.v[i]);
+      else
+        printf("evicted %s %s%s\n", l.v[i].key, l.v[i].kernel_id,
+               l.v[i].referenced ? " (referenced by a manifest)" : "");
       total -= l.v[i].bytes;
       freed += l.v[i].bytes;
       evicted++;
     }
     kf_cache_unlock(fd);
   }
-  printf("evicted %d entries (%lld bytes); %lld bytes remain in %s\n", evicted, freed, total,
-         c.root);
+  if (list) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "cache", c.root);
+    cJSON_AddItemToObject(root, "evicted", list);
+    cJSON_AddNumberToObject(root, "evicted_bytes", (double)freed);
+    cJSON_AddNumberToObject(root, "remaining_bytes", (double)total);
+    char *text = cJSON_Print(root);
+    puts(text);
+    free(text);
+    cJSON_Delete(root);
+  } else {
+    printf("evicted %d entries (%lld bytes); %lld bytes remain in %s\n", evicted, freed, total,
+           c.root);
+  }
   kf_entry_list_free(&l);
   kf_cache_free(&c);
   return 0;

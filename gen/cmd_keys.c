@@ -1,7 +1,6 @@
 /* cmd_keys.c: `kforge keys` — every kernel's key, compiling and writing
  * nothing, so it works on a read-only cache and checkout. */
 #include "commands.h"
-#include "report.h"
 #include "session.h"
 
 #include <stdio.h>
@@ -12,34 +11,27 @@ static const char usage[] =
 
 int kf_cmd_keys(int argc, char **argv) {
   kf_cli cli;
-  int rc = kf_cli_parse(&cli, argc, argv, usage, NULL, NULL);
-  if (rc)
-    return rc == 1 ? 0 : rc;
-  if (cli.inputs.n == 0) {
-    kf_usage_error(usage, "no description given");
-    kf_cli_free(&cli);
-    return 2;
-  }
   kf_session s;
-  rc = kf_session_load(&s, &cli, 0);
-  if (rc == 0) {
-    if (cli.json)
-      printf("[");
-    for (size_t i = 0; i < s.plan.n; i++) {
-      kf_unit *u = &s.units[i];
-      if (kf_session_key(&s, u) != 0) {
-        kf_session_report(&s, u);
-        rc = 1;
-        continue;
-      }
-      if (cli.json)
-        printf("%s\n  {\"id\": \"%s\", \"key\": \"%s\"}", i ? "," : "", u->in->id, u->key);
-      else
-        printf("%s %s\n", u->in->id, u->key);
+  int rc = kf_session_open(&s, &cli, argc, argv, usage, 0);
+  if (rc != KF_SESSION_READY)
+    return rc;
+  rc = 0;
+  if (cli.json)
+    printf("[");
+  for (size_t i = 0; i < s.plan.n; i++) {
+    kf_unit *u = &s.units[i];
+    if (kf_session_key(&s, u) != 0) {
+      kf_session_report(&s, u);
+      rc = 1;
+      continue;
     }
     if (cli.json)
-      printf("\n]\n");
+      printf("%s\n  {\"id\": \"%s\", \"key\": \"%s\"}", i ? "," : "", u->in->id, u->key);
+    else
+      printf("%s %s\n", u->in->id, u->key);
   }
+  if (cli.json)
+    printf("\n]\n");
   kf_session_free(&s);
   kf_cli_free(&cli);
   return rc;

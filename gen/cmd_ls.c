@@ -5,7 +5,10 @@
 #include "commands.h"
 #include "report.h"
 
+#include "manifest.h"
+
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +21,16 @@ static long long file_size(const char *path) {
 
 static void collect_manifest(const char *path, void *ctx) {
   kf_entry_list *l = ctx;
-  size_t len;
-  char *text = kf_read_file(path, &len);
-  cJSON *m = text ? cJSON_ParseWithLength(text, len) : NULL;
-  free(text);
-  const cJSON *ks = m ? cJSON_GetObjectItemCaseSensitive(m, "kernels") : NULL;
-  for (const cJSON *k = ks ? ks->child : NULL; k; k = k->next) {
-    const cJSON *key = cJSON_GetObjectItemCaseSensitive(k, "key");
-    if (cJSON_IsString(key) && !kf_strv_contains(&l->referenced_keys, key->valuestring))
-      kf_strv_push(&l->referenced_keys, key->valuestring);
-  }
-  cJSON_Delete(m);
+  kf_manifest m;
+  char *err = NULL;
+  if (kf_manifest_load(path, &m, &err) == 0)
+    for (size_t i = 0; i < m.nkernels; i++) {
+      const char *key = m.kernels[i].key;
+      if (key && !kf_strv_contains(&l->referenced_keys, key))
+        kf_strv_push(&l->referenced_keys, key);
+    }
+  free(err);
+  kf_manifest_free(&m);
 }
 
 typedef struct {
@@ -47,20 +49,16 @@ static void collect_entry(const char *key, void *ctx) {
   struct stat st;
   e->last_use = stat(dir, &st) == 0 ? st.st_mtime : 0;
   char *mp = kf_path_join(dir, "meta.json");
-  size_t len;
-  char *text = kf_read_file(mp, &len);
-  cJSON *m = text ? cJSON_ParseWithLength(text, len) : NULL;
-  free(text);
-  const cJSON *id = m ? cJSON_GetObjectItemCaseSensitive(m, "kernel_id") : NULL;
-  const cJSON *obj = m ? cJSON_GetObjectItemCaseSensitive(m, "object") : NULL;
-  e->kernel_id = kf_xstrdup(cJSON_IsString(id) ? id->valuestring : "?");
+  kf_entry_meta m;
+  kf_entry_meta_load(cc->c, key, &m);
+  e->kernel_id = kf_xstrdup(m.kernel_id ? m.kernel_id : "?");
   e->bytes = file_size(mp);
-  if (cJSON_IsString(obj) && !strchr(obj->valuestring, '/')) {
-    char *op = kf_path_join(dir, obj->valuestring);
+  if (m.object && !strchr(m.object, '/')) {
+    char *op = kf_path_join(dir, m.object);
     e->bytes += file_size(op);
     free(op);
   }
-  cJSON_Delete(m);
+  kf_entry_meta_free(&m);
   free(mp);
   free(dir);
   e->referenced = kf_strv_contains(&l->referenced_keys, key);
@@ -111,53 +109,125 @@ static const char usage[] =
     "usage: kforge ls [--cache DIR] [--json] [--kernels]\n"
     "Lists cache entries: key, kernel id, bytes, last use, and '*' when a manifest\n"
     "references the entry. --kernels lists the kernels of every manifest instead:\n"
-    "id, width, key, registers, spills, launch and object size.\n";
+    "id, width, key, registers, spills, launch and object size. --json prints either\n"
+    "list as a JSON array. Exit 2 when the cache directory does not exist.\n";
 
 typedef struct {
   const kf_cache *c;
   int rows;
+  cJSON *json; /* with --json: the array of kernels */
 } table_ctx;
+
+static void kernel_json(cJSON *arr, const kf_manifest_kernel *k, const kf_entry_meta *meta,
+                        int ok) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "id", k->id);
+  cJSON_AddNumberToObject(o, "width", k->width);
+  cJSON_AddStringToObject(o, "key", k->key);
+  cJSON_AddNumberToObject(o, "registers", ok ? (double)meta->resources.registers : -1);
+  cJSON_AddNumberToObject(o, "spill_stores", ok ? (double)meta->resources.spill_stores : -1);
+  if (k->launch.has_dims) {
+    cJSON_AddItemToObject(o, "grid", cJSON_CreateArray());
+    cJSON_AddItemToObject(o, "block", cJSON_CreateArray());
+    for (int d = 0; d < 3; d++) {
+      cJSON_AddItemToArray(cJSON_GetObjectItem(o, "grid"),
+                           cJSON_CreateNumber((double)k->launch.grid[d]));
+      cJSON_AddItemToArray(cJSON_GetObjectItem(o, "block"),
+                           cJSON_CreateNumber((double)k->launch.block[d]));
+    }
+  }
+  cJSON_AddNumberToObject(o, "bytes", (double)k->size);
+  cJSON_AddNumberToObject(o, "compile_seconds", ok ? meta->compile_seconds : 0);
+  cJSON_AddBoolToObject(o, "entry_ok", ok);
+  cJSON_AddItemToArray(arr, o);
+}
+
+static void kernel_row(table_ctx *t, const kf_manifest_kernel *k, const kf_entry_meta *meta,
+                       int ok) {
+  if (t->rows == 0)
+    printf("%-46s %-12s %5s %6s %-14s %-10s %8s %7s\n", "kernel", "key", "regs", "spills", "grid",
+           "block", "bytes", "compile");
+  char g[72] = "?", b[72] = "?";
+  const kf_manifest_launch *l = &k->launch;
+  if (l->has_dims) {
+    snprintf(g, sizeof g, "%lld,%lld,%lld", (long long)l->grid[0], (long long)l->grid[1],
+             (long long)l->grid[2]);
+    snprintf(b, sizeof b, "%lld,%lld,%lld", (long long)l->block[0], (long long)l->block[1],
+             (long long)l->block[2]);
+  }
+  printf("%-46s %.12s %5ld %6ld %-14s %-10s %8lld %6.2fs%s\n", k->id, k->key,
+         ok ? meta->resources.registers : -1, ok ? meta->resources.spill_stores : -1, g, b,
+         (long long)k->size, ok ? meta->compile_seconds : 0,
+         ok ? "" : "  (entry damaged or missing)");
+}
 
 static void print_manifest(const char *path, void *ctx) {
   table_ctx *t = ctx;
-  size_t len;
-  char *text = kf_read_file(path, &len);
-  cJSON *m = text ? cJSON_ParseWithLength(text, len) : NULL;
-  free(text);
-  const cJSON *ks = m ? cJSON_GetObjectItemCaseSensitive(m, "kernels") : NULL;
-  for (const cJSON *k = ks ? ks->child : NULL; k; k = k->next) {
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(k, "id");
-    const cJSON *key = cJSON_GetObjectItemCaseSensitive(k, "key");
-    const cJSON *size = cJSON_GetObjectItemCaseSensitive(k, "size");
-    const cJSON *launch = cJSON_GetObjectItemCaseSensitive(k, "launch");
-    const cJSON *grid = launch ? cJSON_GetObjectItemCaseSensitive(launch, "grid") : NULL;
-    const cJSON *block = launch ? cJSON_GetObjectItemCaseSensitive(launch, "block") : NULL;
-    if (!cJSON_IsString(id) || !cJSON_IsString(key))
+  kf_manifest m;
+  char *err = NULL;
+  kf_manifest_load(path, &m, &err);
+  free(err);
+  for (size_t i = 0; i < m.nkernels; i++) {
+    const kf_manifest_kernel *k = &m.kernels[i];
+    if (!k->id || !k->key)
       continue;
-    cJSON *meta = NULL;
-    kf_cache_check_entry(t->c, key->valuestring, &meta, NULL);
-    const cJSON *res = meta ? cJSON_GetObjectItemCaseSensitive(meta, "resources") : NULL;
-    const cJSON *regs = res ? cJSON_GetObjectItemCaseSensitive(res, "registers") : NULL;
-    const cJSON *spill = res ? cJSON_GetObjectItemCaseSensitive(res, "spill_stores") : NULL;
-    const cJSON *secs = meta ? cJSON_GetObjectItemCaseSensitive(meta, "compile_seconds") : NULL;
-    if (t->rows++ == 0)
-      printf("%-46s %-12s %5s %6s %-14s %-10s %8s %7s\n", "kernel", "key", "regs", "spills", "grid",
-             "block", "bytes", "compile");
-    char g[48] = "?", b[48] = "?";
-    if (cJSON_GetArraySize(grid) == 3 && cJSON_GetArraySize(block) == 3) {
-      snprintf(g, sizeof g, "%d,%d,%d", cJSON_GetArrayItem(grid, 0)->valueint,
-               cJSON_GetArrayItem(grid, 1)->valueint, cJSON_GetArrayItem(grid, 2)->valueint);
-      snprintf(b, sizeof b, "%d,%d,%d", cJSON_GetArrayItem(block, 0)->valueint,
-               cJSON_GetArrayItem(block, 1)->valueint, cJSON_GetArrayItem(block, 2)->valueint);
-    }
-    printf("%-46s %.12s %5d %6d %-14s %-10s %8.0f %6.2fs%s\n", id->valuestring, key->valuestring,
-           cJSON_IsNumber(regs) ? regs->valueint : -1, cJSON_IsNumber(spill) ? spill->valueint : -1,
-           g, b, cJSON_IsNumber(size) ? size->valuedouble : 0,
-           cJSON_IsNumber(secs) ? secs->valuedouble : 0,
-           meta ? "" : "  (entry damaged or missing)");
-    cJSON_Delete(meta);
+    kf_entry_meta meta;
+    int ok = kf_cache_check_entry(t->c, k->key, &meta, NULL) == KF_ENTRY_OK;
+    if (t->json)
+      kernel_json(t->json, k, &meta, ok);
+    else
+      kernel_row(t, k, &meta, ok);
+    t->rows++;
+    kf_entry_meta_free(&meta);
   }
-  cJSON_Delete(m);
+  kf_manifest_free(&m);
+}
+
+static void print_json(cJSON *v) {
+  char *t = cJSON_Print(v);
+  puts(t);
+  free(t);
+  cJSON_Delete(v);
+}
+
+static void list_kernels(const kf_cache *c, int json) {
+  table_ctx t = {c, 0, json ? cJSON_CreateArray() : NULL};
+  kf_cache_each_manifest(c, print_manifest, &t);
+  if (json)
+    print_json(t.json);
+  else
+    printf("%d kernels in %s\n", t.rows, c->root);
+}
+
+static void list_entries(const kf_cache *c, int json) {
+  kf_entry_list l;
+  kf_entry_list_load(c, &l);
+  if (json) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < l.n; i++) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "key", l.v[i].key);
+      cJSON_AddStringToObject(o, "kernel_id", l.v[i].kernel_id);
+      cJSON_AddNumberToObject(o, "bytes", (double)l.v[i].bytes);
+      cJSON_AddNumberToObject(o, "last_use", (double)l.v[i].last_use);
+      cJSON_AddBoolToObject(o, "referenced", l.v[i].referenced);
+      cJSON_AddItemToArray(arr, o);
+    }
+    print_json(arr);
+  } else {
+    long long total = 0;
+    for (size_t i = 0; i < l.n; i++) {
+      char when[32];
+      struct tm tm;
+      gmtime_r(&l.v[i].last_use, &tm);
+      strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      printf("%s %c %-48s %8lld %s\n", l.v[i].key, l.v[i].referenced ? '*' : ' ', l.v[i].kernel_id,
+             l.v[i].bytes, when);
+      total += l.v[i].bytes;
+    }
+    printf("%zu entries, %lld bytes in %s\n", l.n, total, c->root);
+  }
+  kf_entry_list_free(&l);
 }
 
 int kf_cmd_ls(int argc, char **argv) {
@@ -174,44 +244,17 @@ int kf_cmd_ls(int argc, char **argv) {
   free(args);
   if (rc)
     return rc == 1 ? 0 : rc;
-  if (kernels) {
-    table_ctx t = {&c, 0};
-    kf_cache_each_manifest(&c, print_manifest, &t);
-    printf("%d kernels in %s\n", t.rows, c.root);
+  struct stat st;
+  if (stat(c.root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    kf_error(NULL, NULL, "cache %s does not exist%s", c.root,
+             errno == ENOENT ? "" : " or is not a directory");
     kf_cache_free(&c);
-    return 0;
+    return 2;
   }
-  kf_entry_list l;
-  kf_entry_list_load(&c, &l);
-  if (json) {
-    cJSON *arr = cJSON_CreateArray();
-    for (size_t i = 0; i < l.n; i++) {
-      cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "key", l.v[i].key);
-      cJSON_AddStringToObject(o, "kernel_id", l.v[i].kernel_id);
-      cJSON_AddNumberToObject(o, "bytes", (double)l.v[i].bytes);
-      cJSON_AddNumberToObject(o, "last_use", (double)l.v[i].last_use);
-      cJSON_AddBoolToObject(o, "referenced", l.v[i].referenced);
-      cJSON_AddItemToArray(arr, o);
-    }
-    char *t = cJSON_Print(arr);
-    puts(t);
-    free(t);
-    cJSON_Delete(arr);
-  } else {
-    long long total = 0;
-    for (size_t i = 0; i < l.n; i++) {
-      char when[32];
-      struct tm tm;
-      gmtime_r(&l.v[i].last_use, &tm);
-      strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-      printf("%s %c %-48s %8lld %s\n", l.v[i].key, l.v[i].referenced ? '*' : ' ', l.v[i].kernel_id,
-             l.v[i].bytes, when);
-      total += l.v[i].bytes;
-    }
-    printf("%zu entries, %lld bytes in %s\n", l.n, total, c.root);
-  }
-  kf_entry_list_free(&l);
+  if (kernels)
+    list_kernels(&c, json);
+  else
+    list_entries(&c, json);
   kf_cache_free(&c);
   return 0;
 }

@@ -1,48 +1,15 @@
-/* session.h: what every description-reading command shares: options, loading
- * descriptions into one plan, keying every instance, compiling the misses in
- * parallel and publishing entries and manifests. */
+/* session.h: what every description-reading command shares: loading
+ * descriptions into one plan, keying every instance, and the build that
+ * compiles the misses (pool.h) and publishes entries and manifests. */
 #ifndef KF_SESSION_H
 #define KF_SESSION_H
 
 #include "cache.h"
+#include "cli.h"
 #include "digest.h"
 #include "model.h"
 #include "plan.h"
-
-typedef struct {
-  kf_model_options mopt;
-  const char *cache_dir; /* NULL: $KFORGE_CACHE_DIR or ./cache */
-  const char *out_dir;   /* generated sources */
-  int jobs;
-  int json;
-  kf_strv defines; /* --define NAME[=VALUE], in order: compile arguments and key records */
-  kf_strv inputs;  /* description paths */
-} kf_cli;
-
-/* Parses the options common to description commands from argv (starting at
- * argv[1]); stray arguments go to cli->inputs. Returns 0, or 2 after printing
- * a usage error. extra(opt, value) may claim command-specific options. */
-int kf_cli_parse(kf_cli *cli, int argc, char **argv, const char *usage,
-                 int (*extra)(const char *opt, const char *val, void *ctx), void *ctx);
-void kf_cli_free(kf_cli *cli);
-
-enum { KF_UNIT_PENDING, KF_UNIT_CACHED, KF_UNIT_COMPILED, KF_UNIT_FAILED };
-
-typedef struct kf_job kf_job;
-
-typedef struct {
-  kf_instance *in;
-  kf_toolchain *tc;
-  kf_compile_setup cs;
-  kf_records records;
-  char key[33];
-  int keyed;
-  int state;
-  char checksum[33]; /* of the entry's object, once it is known good */
-  long long size;    /* the object's bytes */
-  kf_job *job;
-  char *error; /* why it failed */
-} kf_unit;
+#include "pool.h"
 
 typedef struct {
   kf_cli *cli;
@@ -56,6 +23,15 @@ typedef struct {
   kf_strv reported; /* error texts already printed */
 } kf_session;
 
+/* What kf_session_open returns when the session is loaded. */
+#define KF_SESSION_READY (-1)
+
+/* The prologue of build, warm and keys: parses argv (kf_cli_parse), requires
+ * a description and loads them. Returns KF_SESSION_READY (free s and cli
+ * after use), or else the command's exit status with everything freed (0
+ * after --help). */
+int kf_session_open(kf_session *s, kf_cli *cli, int argc, char **argv, const char *usage,
+                    int write_deps);
 /* Loads every description and plans them. Returns 0, or 2 after reporting
  * bad input (nothing has been written). */
 int kf_session_load(kf_session *s, kf_cli *cli, int write_deps);
@@ -63,8 +39,10 @@ int kf_session_load(kf_session *s, kf_cli *cli, int write_deps);
 void kf_session_report(kf_session *s, const kf_unit *u);
 /* Computes one unit's key. Returns 0 or -1 (unit->error says why). */
 int kf_session_key(kf_session *s, kf_unit *u);
-/* Emits, keys, compiles and publishes. Returns 0, 1 (a compile failed) or
- * 2 (the cache or output directory cannot be written). */
+/* Emits, keys, compiles and publishes; prepares the cache for writing only
+ * when something is missing from it. Returns 0, 1 (a compile failed) or 2
+ * (the output directory, or a cache that lacks kernels or a manifest, cannot
+ * be written). */
 int kf_session_build(kf_session *s, int *cached, int *compiled, int *failed);
 void kf_session_free(kf_session *s);
 

@@ -2,6 +2,7 @@
 `build`; `gc --max-size` evicting unreferenced entries first; an unwritable
 cache refused by `build` (exit 2) but still served by `keys`, `ls` and
 `verify`."""
+import json
 import os
 import re
 import shutil
@@ -89,6 +90,68 @@ class Damage(unittest.TestCase):
         self.assertTrue(any(l.startswith(f"damaged: {self.keys[short]} {short}:") for l in lines), lines)
         self.assertEqual(w.build().summary, (6, 4, 2, 0))
         self.assertIn("6 entries ok", w.ok("verify").out)
+
+
+class JsonResults(unittest.TestCase):
+
+    def test_verify_json_lists_entries_ok_and_damaged_with_reasons(self):
+        w = Work(self, "vjson")
+        keys = w.keys()
+        self.assertEqual(w.build().summary, (6, 0, 6, 0))
+        kid = "fx-small/copy/w2/sm_90a"
+        os.remove(w.object_path(keys[kid]))
+        r = w.kf("verify", "--json")
+        self.assertEqual(r.rc, 1, str(r))
+        doc = json.loads(r.out)
+        self.assertEqual(doc["checked"], 6)
+        self.assertFalse(doc["ok"])
+        by_key = {e["key"]: e for e in doc["entries"]}
+        self.assertEqual(set(by_key), set(keys.values()))
+        self.assertEqual([e["kernel_id"] for e in doc["entries"] if not e["ok"]], [kid])
+        self.assertIn("is missing", by_key[keys[kid]]["reason"])
+        self.assertEqual([(d["key"], d["kernel_id"]) for d in doc["damaged"]], [(keys[kid], kid)])
+        w.build()
+        doc = json.loads(w.ok("verify", "--json").out)
+        self.assertTrue(doc["ok"] and all(e["ok"] for e in doc["entries"]) and not doc["damaged"])
+
+    def test_gc_json_lists_evicted_keys_and_bytes(self):
+        w = Work(self, "gcjson")
+        keys = w.keys()
+        w.build()
+        sizes = {}
+        ls_entries(self, w.kf("ls"), sizes)
+        total = sum(sizes.values())
+        r = w.ok("gc", "--json", "--max-size", str(total - 1))
+        doc = json.loads(r.out)
+        self.assertEqual(len(doc["evicted"]), 1, str(r))
+        gone = doc["evicted"][0]
+        self.assertIn(gone["key"], set(keys.values()))
+        self.assertEqual(gone["bytes"], sizes[gone["key"]])
+        self.assertEqual(doc["evicted_bytes"], gone["bytes"])
+        self.assertEqual(doc["remaining_bytes"], total - gone["bytes"])
+        self.assertEqual(w.entries(), set(keys.values()) - {gone["key"]})
+
+    def test_ls_kernels_json_lists_the_manifest_kernels(self):
+        w = Work(self, "lsjson")
+        keys = w.keys()
+        w.build()
+        r = w.ok("ls", "--kernels", "--json")
+        doc = json.loads(r.out)
+        self.assertEqual({k["id"]: k["key"] for k in doc}, keys)
+        self.assertTrue(all(k["entry_ok"] and k["bytes"] > 0 and len(k["grid"]) == 3 for k in doc))
+
+
+class MissingCache(unittest.TestCase):
+
+    def test_ls_on_a_cache_that_does_not_exist_is_an_error(self):
+        w = Work(self, "nols")
+        w.cache = "no-such-cache"
+        r = w.kf("ls")
+        self.assertEqual(r.rc, 2, str(r))
+        self.assertIn("no-such-cache", r.err)
+        self.assertIn("error: cache ", r.err)
+        self.assertIn("does not exist", r.err)
+        self.assertFalse(os.path.exists(w.path("no-such-cache")))
 
 
 class GarbageCollection(unittest.TestCase):
@@ -190,6 +253,12 @@ class UnwritableCache(unittest.TestCase):
         r = kf("verify", "--cache", w.cache, common=False)
         self.assertEqual(r.rc, 0, str(r))
         self.assertIn("6 entries ok", r.out + r.err)
+        # everything is there: warm and build compile nothing and succeed
+        for cmd in ("warm", "build"):
+            r = kf(cmd, FIXTURE_MODEL)
+            self.assertEqual(r.rc, 0, f"{cmd} on a complete read-only cache must succeed\n{r}")
+            self.assertEqual(r.summary, (6, 6, 0, 0), str(r))
+        self.assertEqual(snapshot(w.path(w.cache)), before, "a complete cache was written")
 
         # a build that has something to compile
         d = w.load_json(FIXTURE_MODEL)
@@ -197,9 +266,12 @@ class UnwritableCache(unittest.TestCase):
         w.dump_json("models/fx-new.json", d)
         if user is not None:
             os.chmod(w.path("models/fx-new.json"), 0o644)
-        r = kf("build", "models/fx-new.json")
-        self.assertEqual(r.rc, 2, f"build on an unwritable cache must exit 2\n{r}")
-        self.assertIn(w.cache, r.err, "the message must name the cache directory")
+        for cmd in ("build", "warm"):
+            r = kf(cmd, "models/fx-new.json")
+            self.assertEqual(r.rc, 2, f"{cmd} on an unwritable cache must exit 2\n{r}")
+            self.assertIn(w.cache, r.err, "the message must name the cache directory")
+            self.assertIn("not writable", r.err)
+            self.assertIn("lacks fx-small/", r.err, "the message must name a kernel the cache lacks")
         self.assertEqual(snapshot(w.path(w.cache)), before)
 
 

@@ -86,6 +86,62 @@ class Warm(unittest.TestCase):
         self.assertEqual(r.rc, 0, str(r))
 
 
+class JsonResults(unittest.TestCase):
+
+    def test_build_and_warm_json_name_the_failed_and_missing_kernels(self):
+        w = Work(self, "jsonfail")
+        bad = "fx-broken/broken/w2/sm_90a"
+        for cmd in ("build", "warm"):
+            r = w.kf(cmd, "--json", BROKEN)
+            self.assertEqual(r.rc, 1, str(r))
+            doc = json.loads(r.out.strip().splitlines()[-1])
+            self.assertEqual((doc["kernels"], doc["failed"]), (4, 1), str(r))
+            self.assertEqual(doc["failed_ids"], [bad], f"{cmd} --json lists the failed ids\n{r}")
+            self.assertEqual(doc["missing_ids"], [bad], f"{cmd} --json lists the missing ids\n{r}")
+        doc = json.loads(w.ok("warm", "--json", FIXTURE_MODEL).out.strip().splitlines()[-1])
+        self.assertEqual((doc["failed_ids"], doc["missing_ids"]), ([], []))
+
+
+class Progress(unittest.TestCase):
+
+    def test_build_without_a_terminal_prints_a_line_per_compiled_kernel(self):
+        w = Work(self, "lines")
+        r = w.build()
+        lines = [l for l in r.err.splitlines() if re.match(r"^\[\d+/\d+\] ", l)]
+        done = re.compile(r"^\[(\d+)/6\] compiled (\S+) \(\d+\.\d s\)$")
+        self.assertEqual(len(lines), 6, f"one progress line per compiled kernel\n{r}")
+        self.assertTrue(all(done.match(l) for l in lines), lines)
+        self.assertEqual({done.match(l).group(2) for l in lines}, fixture_ids())
+        self.assertEqual(sorted(int(done.match(l).group(1)) for l in lines), list(range(1, 7)))
+        r = w.build()          # all cached: nothing compiled, nothing said
+        self.assertFalse([l for l in r.err.splitlines() if "compiled" in l], str(r))
+
+    def test_terminal_counter_counts_every_kernel_from_the_start(self):
+        import pty
+        import subprocess
+        w = Work(self, "tty")
+        master, slave = pty.openpty()
+        argv = w.argv("build", "-j", "1", FIXTURE_MODEL)
+        p = subprocess.run(argv, cwd=w.root, env=w.env, stdout=subprocess.PIPE,
+                           stderr=slave, timeout=300)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            err += chunk
+        os.close(master)
+        self.assertEqual(p.returncode, 0, err.decode(errors="replace"))
+        counters = re.findall(rb"\[(\d+)/(\d+)\] compiling", err)
+        self.assertTrue(counters, err)
+        self.assertEqual({int(n) for _, n in counters}, {6},
+                         f"the counter's total is every kernel from the first line: {counters}")
+
+
 class Clusters(unittest.TestCase):
 
     def test_launch_cluster_reaches_the_sm90_source_and_manifest(self):

@@ -73,13 +73,14 @@ static int dir_is_empty(const char *path) {
 KF_TEST(cache__published_entry_checks_ok) {
   kf_cache c = new_cache();
   KF_CHECK(publish(&c, KEY_A, "CUBIN-BYTES") == 0);
-  cJSON *meta = NULL;
+  kf_entry_meta meta;
   char *why = NULL;
   KF_CHECK(kf_cache_check_entry(&c, KEY_A, &meta, &why) == KF_ENTRY_OK);
   KF_CHECK(why == NULL);
-  KF_CHECK(meta);
-  KF_CHECK_STR_EQ(cJSON_GetObjectItemCaseSensitive(meta, "key")->valuestring, KEY_A);
-  cJSON_Delete(meta);
+  KF_CHECK_STR_EQ(meta.key, KEY_A);
+  KF_CHECK_STR_EQ(meta.kernel_id, "m/k/w1/sm_90a");
+  KF_CHECK(meta.has_size && meta.size == 11);
+  kf_entry_meta_free(&meta);
   char *dir = kf_cache_entry_dir(&c, KEY_A);
   char *want = kf_xasprintf("%s/objects/01/%s", c.v1, KEY_A);
   KF_CHECK_STR_EQ(dir, want);
@@ -256,6 +257,112 @@ KF_TEST(cache__each_manifest_visits_json_files_in_order) {
   KF_CHECK_STR_EQ(paths.v[2], p = kf_cache_manifest_path(&c, "zeta", "sm_90a"));
   free(p);
   kf_strv_free(&paths);
+  kf_cache_free(&c);
+}
+
+/* ---- meta.json ---- */
+
+static kf_entry_meta sample_meta(void) {
+  kf_entry_meta m = {0};
+  m.key = (char *)KEY_A;
+  m.kernel_id = "m/k/w1/sm_90a";
+  m.object = "object.cubin";
+  m.checksum = "00112233445566778899aabbccddeeff";
+  m.size = 11;
+  kf_strv_push(&m.command, "nvcc");
+  kf_strv_push(&m.command, "-O3");
+  m.compiler_output = "ptxas info";
+  m.compile_seconds = 1.25;
+  m.resources = (kf_meta_resources){32, 0, 4, 2, 512};
+  kf_entry_meta_add_input(&m, "file", "kf/x.cuh", "0123456789abcdef", NULL);
+  kf_entry_meta_add_input(&m, "arg", "3", "fedcba9876543210", "-O3");
+  return m;
+}
+
+static void free_sample(kf_entry_meta *m) {
+  kf_strv_free(&m->command);
+  kf_entry_meta input_only = {.inputs = m->inputs, .ninputs = m->ninputs};
+  kf_entry_meta_free(&input_only);
+}
+
+/* the bytes every reader of meta.json (and older kforge) expects */
+KF_TEST(cache__meta_is_written_in_its_documented_shape) {
+  const char *dir = fx_tmpdir();
+  kf_entry_meta m = sample_meta();
+  KF_CHECK(kf_entry_meta_write(dir, &m) == 0);
+  free_sample(&m);
+  char *path = fx_path(dir, "meta.json");
+  char *text = fx_read(path);
+  free(path);
+  KF_CHECK_STR_EQ(text, "{\n"
+                        "\t\"format\":\t1,\n"
+                        "\t\"key\":\t\"0123456789abcdef0123456789abcdef\",\n"
+                        "\t\"kernel_id\":\t\"m/k/w1/sm_90a\",\n"
+                        "\t\"object\":\t\"object.cubin\",\n"
+                        "\t\"checksum\":\t\"00112233445566778899aabbccddeeff\",\n"
+                        "\t\"size\":\t11,\n"
+                        "\t\"command\":\t[\"nvcc\", \"-O3\"],\n"
+                        "\t\"compiler_output\":\t\"ptxas info\",\n"
+                        "\t\"compile_seconds\":\t1.25,\n"
+                        "\t\"resources\":\t{\n"
+                        "\t\t\"registers\":\t32,\n"
+                        "\t\t\"stack_bytes\":\t0,\n"
+                        "\t\t\"spill_stores\":\t4,\n"
+                        "\t\t\"spill_loads\":\t2,\n"
+                        "\t\t\"shared_bytes\":\t512\n"
+                        "\t},\n"
+                        "\t\"inputs\":\t[{\n"
+                        "\t\t\t\"tag\":\t\"file\",\n"
+                        "\t\t\t\"name\":\t\"kf/x.cuh\",\n"
+                        "\t\t\t\"hash\":\t\"0123456789abcdef\"\n"
+                        "\t\t}, {\n"
+                        "\t\t\t\"tag\":\t\"arg\",\n"
+                        "\t\t\t\"name\":\t\"3\",\n"
+                        "\t\t\t\"hash\":\t\"fedcba9876543210\",\n"
+                        "\t\t\t\"value\":\t\"-O3\"\n"
+                        "\t\t}]\n"
+                        "}");
+  free(text);
+}
+
+KF_TEST(cache__meta_load_reads_back_what_was_written) {
+  kf_cache c = new_cache();
+  char *dir = kf_cache_entry_dir(&c, KEY_A);
+  KF_CHECK(kf_mkdir_p(dir) == 0);
+  kf_entry_meta m = sample_meta();
+  KF_CHECK(kf_entry_meta_write(dir, &m) == 0);
+  free_sample(&m);
+  kf_entry_meta got;
+  KF_CHECK(kf_entry_meta_load(&c, KEY_A, &got) == 0);
+  KF_CHECK_STR_EQ(got.key, KEY_A);
+  KF_CHECK_STR_EQ(got.object, "object.cubin");
+  KF_CHECK(got.command.n == 2);
+  KF_CHECK(got.compile_seconds == 1.25);
+  KF_CHECK(got.resources.registers == 32 && got.resources.spill_stores == 4);
+  KF_CHECK(got.ninputs == 2);
+  KF_CHECK(got.inputs[0].value == NULL);
+  KF_CHECK_STR_EQ(got.inputs[1].value, "-O3");
+  kf_entry_meta_free(&got);
+  /* an unreadable one reports failure and leaves nothing to misuse */
+  KF_CHECK(kf_entry_meta_load(&c, KEY_B, &got) == -1);
+  KF_CHECK(got.kernel_id == NULL && got.ninputs == 0);
+  kf_entry_meta_free(&got);
+  free(dir);
+  kf_cache_free(&c);
+}
+
+KF_TEST(cache__meta_load_keeps_what_a_damaged_meta_still_says) {
+  kf_cache c = new_cache();
+  char *dir = kf_cache_entry_dir(&c, KEY_A);
+  fx_write_free(dir, "meta.json", "{\"kernel_id\": \"m/k/w1/sm_90a\", \"size\": \"x\"}");
+  kf_entry_meta got;
+  KF_CHECK(kf_entry_meta_load(&c, KEY_A, &got) == 0);
+  KF_CHECK_STR_EQ(got.kernel_id, "m/k/w1/sm_90a");
+  KF_CHECK(!got.has_size && got.object == NULL);
+  KF_CHECK(got.resources.registers == -1);
+  kf_entry_meta_free(&got);
+  KF_CHECK(check(&c, KEY_A, NULL) == KF_ENTRY_DAMAGED);
+  free(dir);
   kf_cache_free(&c);
 }
 

@@ -1,0 +1,260 @@
+/* manifest.c: writing and reading manifests (see manifest.h). The writer
+ * emits the members in one fixed order, so that a rebuild of the same
+ * kernels rewrites nothing. */
+#define _GNU_SOURCE
+#include "manifest.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef KFORGE_VERSION
+#define KFORGE_VERSION "0.1.0"
+#endif
+
+void kf_manifest_init(kf_manifest *m, const char *model, const char *arch, const char *backend) {
+  memset(m, 0, sizeof *m);
+  m->generator = kf_xstrdup("kforge " KFORGE_VERSION);
+  m->model = kf_xstrdup(model);
+  m->arch = kf_xstrdup(arch);
+  m->backend = kf_xstrdup(backend);
+}
+
+kf_manifest_signature *kf_manifest_signature_of(const kf_manifest *m, const char *kind) {
+  for (size_t i = 0; i < m->nsignatures; i++)
+    if (!strcmp(m->signatures[i].kind, kind))
+      return &m->signatures[i];
+  return NULL;
+}
+
+kf_manifest_signature *kf_manifest_add_signature(kf_manifest *m, const char *kind) {
+  m->signatures = kf_xrealloc(m->signatures, (m->nsignatures + 1) * sizeof *m->signatures);
+  kf_manifest_signature *s = &m->signatures[m->nsignatures++];
+  memset(s, 0, sizeof *s);
+  s->kind = kf_xstrdup(kind);
+  return s;
+}
+
+void kf_manifest_add_param(kf_manifest_signature *s, const char *name, const char *type, int size) {
+  s->params = kf_xrealloc(s->params, (s->nparams + 1) * sizeof *s->params);
+  kf_manifest_param *p = &s->params[s->nparams++];
+  p->name = kf_xstrdup(name);
+  p->type = kf_xstrdup(type);
+  p->size = size;
+}
+
+static kf_manifest_kernel *new_kernel(kf_manifest *m) {
+  m->kernels = kf_xrealloc(m->kernels, (m->nkernels + 1) * sizeof *m->kernels);
+  kf_manifest_kernel *k = &m->kernels[m->nkernels++];
+  memset(k, 0, sizeof *k);
+  for (int d = 0; d < 3; d++)
+    k->launch.cluster[d] = 1;
+  return k;
+}
+
+kf_manifest_kernel *kf_manifest_add_kernel(kf_manifest *m, const char *id, const char *kind,
+                                           int width, const char *key, const char *object_name,
+                                           const char *checksum, int64_t size, const char *symbol) {
+  kf_manifest_kernel *k = new_kernel(m);
+  k->id = kf_xstrdup(id);
+  k->kind = kf_xstrdup(kind);
+  k->width = width;
+  k->key = kf_xstrdup(key);
+  k->object = kf_xasprintf("objects/%.2s/%s/%s", key, key, object_name);
+  k->meta = kf_xasprintf("objects/%.2s/%s/meta.json", key, key);
+  k->checksum = kf_xstrdup(checksum);
+  k->has_size = 1;
+  k->size = size;
+  k->symbol = kf_xstrdup(symbol);
+  k->launch.has_dims = 1;
+  return k;
+}
+
+/* ---- writing ---- */
+
+static void add_dims(cJSON *obj, const char *name, const int64_t v[3]) {
+  cJSON *a = cJSON_AddArrayToObject(obj, name);
+  for (int d = 0; d < 3; d++)
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[d]));
+}
+
+static cJSON *kernel_json(const kf_manifest_kernel *k) {
+  cJSON *e = cJSON_CreateObject();
+  cJSON_AddStringToObject(e, "id", k->id);
+  cJSON_AddStringToObject(e, "kind", k->kind);
+  cJSON_AddNumberToObject(e, "width", k->width);
+  cJSON_AddStringToObject(e, "key", k->key);
+  cJSON_AddStringToObject(e, "object", k->object);
+  cJSON_AddStringToObject(e, "meta", k->meta);
+  cJSON_AddStringToObject(e, "checksum", k->checksum);
+  cJSON_AddNumberToObject(e, "size", (double)k->size);
+  cJSON_AddStringToObject(e, "symbol", k->symbol);
+  const kf_manifest_launch *l = &k->launch;
+  cJSON *launch = cJSON_AddObjectToObject(e, "launch");
+  add_dims(launch, "grid", l->grid);
+  add_dims(launch, "block", l->block);
+  cJSON_AddNumberToObject(launch, "shared_bytes", (double)l->shared_bytes);
+  if (l->programmatic)
+    cJSON_AddTrueToObject(launch, "programmatic");
+  if (l->one_wave)
+    cJSON_AddTrueToObject(launch, "one_wave");
+  if (l->max_blocks_per_sm > 0)
+    cJSON_AddNumberToObject(launch, "max_blocks_per_sm", (double)l->max_blocks_per_sm);
+  if (l->cluster[0] * l->cluster[1] * l->cluster[2] > 1)
+    add_dims(launch, "cluster", l->cluster);
+  return e;
+}
+
+int kf_manifest_write(const char *path, const kf_manifest *m) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddNumberToObject(root, "format", 1);
+  cJSON_AddStringToObject(root, "generator", m->generator);
+  cJSON_AddStringToObject(root, "model", m->model);
+  cJSON_AddStringToObject(root, "arch", m->arch);
+  cJSON_AddStringToObject(root, "backend", m->backend);
+  /* one parameter list per kind (all its kernels share the template's
+   * arguments): a manifest of hundreds of kernels stays quick to parse */
+  cJSON *sigs = cJSON_AddObjectToObject(root, "signatures");
+  for (size_t i = 0; i < m->nsignatures; i++) {
+    const kf_manifest_signature *s = &m->signatures[i];
+    cJSON *params = cJSON_AddArrayToObject(cJSON_AddObjectToObject(sigs, s->kind), "params");
+    for (size_t k = 0; k < s->nparams; k++) {
+      cJSON *p = cJSON_CreateObject();
+      cJSON_AddStringToObject(p, "name", s->params[k].name);
+      cJSON_AddStringToObject(p, "type", s->params[k].type);
+      cJSON_AddNumberToObject(p, "size", s->params[k].size);
+      cJSON_AddItemToArray(params, p);
+    }
+  }
+  cJSON *kernels = cJSON_AddArrayToObject(root, "kernels");
+  for (size_t i = 0; i < m->nkernels; i++)
+    cJSON_AddItemToArray(kernels, kernel_json(&m->kernels[i]));
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  char *dir = kf_path_dirname(path);
+  int r = kf_mkdir_p(dir) == 0 ? kf_write_if_changed(path, text, strlen(text), NULL) : -1;
+  int e = errno;
+  free(dir);
+  free(text);
+  errno = e;
+  return r;
+}
+
+/* ---- reading ---- */
+
+static char *get_string(const cJSON *o, const char *name) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+  return cJSON_IsString(v) ? kf_xstrdup(v->valuestring) : NULL;
+}
+
+static int get_dims(const cJSON *o, const char *name, int64_t out[3]) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, name);
+  if (cJSON_GetArraySize(a) != 3)
+    return 0;
+  for (int d = 0; d < 3; d++)
+    out[d] = cJSON_GetArrayItem(a, d)->valueint;
+  return 1;
+}
+
+static void load_launch(const cJSON *l, kf_manifest_launch *out) {
+  if (!cJSON_IsObject(l))
+    return;
+  out->has_dims = get_dims(l, "grid", out->grid) & get_dims(l, "block", out->block);
+  get_dims(l, "cluster", out->cluster);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(l, "shared_bytes");
+  out->shared_bytes = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+  v = cJSON_GetObjectItemCaseSensitive(l, "max_blocks_per_sm");
+  out->max_blocks_per_sm = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+  out->programmatic = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "programmatic"));
+  out->one_wave = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "one_wave"));
+}
+
+static void load_kernel(kf_manifest *m, const cJSON *o) {
+  kf_manifest_kernel *k = new_kernel(m);
+  k->id = get_string(o, "id");
+  k->kind = get_string(o, "kind");
+  k->key = get_string(o, "key");
+  k->object = get_string(o, "object");
+  k->meta = get_string(o, "meta");
+  k->checksum = get_string(o, "checksum");
+  k->symbol = get_string(o, "symbol");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "width");
+  k->width = cJSON_IsNumber(v) ? v->valueint : 0;
+  v = cJSON_GetObjectItemCaseSensitive(o, "size");
+  k->has_size = cJSON_IsNumber(v);
+  k->size = k->has_size ? (int64_t)v->valuedouble : 0;
+  load_launch(cJSON_GetObjectItemCaseSensitive(o, "launch"), &k->launch);
+}
+
+static void load_signatures(kf_manifest *m, const cJSON *sigs) {
+  for (const cJSON *s = cJSON_IsObject(sigs) ? sigs->child : NULL; s; s = s->next) {
+    kf_manifest_signature *sig = kf_manifest_add_signature(m, s->string);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(s, "params");
+    for (const cJSON *p = cJSON_IsArray(params) ? params->child : NULL; p; p = p->next) {
+      char *name = get_string(p, "name"), *type = get_string(p, "type");
+      const cJSON *size = cJSON_GetObjectItemCaseSensitive(p, "size");
+      kf_manifest_add_param(sig, name ? name : "", type ? type : "",
+                            cJSON_IsNumber(size) ? size->valueint : 0);
+      free(name);
+      free(type);
+    }
+  }
+}
+
+int kf_manifest_load(const char *path, kf_manifest *m, char **err) {
+  memset(m, 0, sizeof *m);
+  *err = NULL;
+  size_t len;
+  char *text = kf_read_file(path, &len);
+  if (!text) {
+    *err = kf_xasprintf("cannot read %s: %s", path, strerror(errno));
+    return -1;
+  }
+  cJSON *root = cJSON_ParseWithLength(text, len);
+  free(text);
+  const cJSON *ks = root ? cJSON_GetObjectItemCaseSensitive(root, "kernels") : NULL;
+  if (!cJSON_IsArray(ks)) {
+    *err = kf_xstrdup("not a valid manifest");
+    cJSON_Delete(root);
+    return -1;
+  }
+  m->generator = get_string(root, "generator");
+  m->model = get_string(root, "model");
+  m->arch = get_string(root, "arch");
+  m->backend = get_string(root, "backend");
+  load_signatures(m, cJSON_GetObjectItemCaseSensitive(root, "signatures"));
+  for (const cJSON *k = ks->child; k; k = k->next)
+    load_kernel(m, k);
+  cJSON_Delete(root);
+  return 0;
+}
+
+void kf_manifest_free(kf_manifest *m) {
+  free(m->generator);
+  free(m->model);
+  free(m->arch);
+  free(m->backend);
+  for (size_t i = 0; i < m->nsignatures; i++) {
+    for (size_t k = 0; k < m->signatures[i].nparams; k++) {
+      free(m->signatures[i].params[k].name);
+      free(m->signatures[i].params[k].type);
+    }
+    free(m->signatures[i].params);
+    free(m->signatures[i].kind);
+  }
+  free(m->signatures);
+  for (size_t i = 0; i < m->nkernels; i++) {
+    kf_manifest_kernel *k = &m->kernels[i];
+    free(k->id);
+    free(k->kind);
+    free(k->key);
+    free(k->object);
+    free(k->meta);
+    free(k->checksum);
+    free(k->symbol);
+  }
+  free(m->kernels);
+  memset(m, 0, sizeof *m);
+}

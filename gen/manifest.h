@@ -1,0 +1,84 @@
+/* manifest.h: the manifest of one (model, arch), <cache>/v1/manifests/
+ * <model>/<arch>.json (docs/contracts.md): the one owner of its format for the
+ * writer (`build`) and every generator-side reader (`ls`, `verify`,
+ * `explain`). Callers see typed structs, never the JSON. */
+#ifndef KF_MANIFEST_H
+#define KF_MANIFEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  char *name;
+  char *type; /* C spelling */
+  int size;   /* bytes */
+} kf_manifest_param;
+
+/* The parameter list shared by every kernel of one kind. */
+typedef struct {
+  char *kind;
+  kf_manifest_param *params;
+  size_t nparams;
+} kf_manifest_signature;
+
+typedef struct {
+  int has_dims; /* grid and block were read (always set when writing) */
+  int64_t grid[3], block[3];
+  int64_t shared_bytes;
+  int programmatic;
+  int one_wave;
+  int64_t max_blocks_per_sm; /* 0: no cap (not written) */
+  int64_t cluster[3];        /* {1, 1, 1}: no cluster (not written) */
+} kf_manifest_launch;
+
+/* One kernel. A loaded manifest keeps every record of its "kernels" array in
+ * order; a string member that is absent or not a string is NULL. */
+typedef struct {
+  char *id; /* <model>/<kind>/w<W>/<arch> */
+  char *kind;
+  int width;
+  char *key;      /* 32 hex digits (a loaded one is not checked) */
+  char *object;   /* objects/<k[0:2]>/<key>/object.cubin|hsaco, relative to v1 */
+  char *meta;     /* objects/<k[0:2]>/<key>/meta.json */
+  char *checksum; /* of the object */
+  int has_size;
+  int64_t size; /* the object's bytes */
+  char *symbol;
+  kf_manifest_launch launch;
+} kf_manifest_kernel;
+
+typedef struct {
+  char *generator; /* "kforge <version>" */
+  char *model;
+  char *arch;
+  char *backend; /* "cuda" or "hip" */
+  kf_manifest_signature *signatures;
+  size_t nsignatures;
+  kf_manifest_kernel *kernels;
+  size_t nkernels;
+} kf_manifest;
+
+/* Building one for writing: every string is copied. */
+void kf_manifest_init(kf_manifest *m, const char *model, const char *arch, const char *backend);
+/* The signature of kind, or NULL. */
+kf_manifest_signature *kf_manifest_signature_of(const kf_manifest *m, const char *kind);
+/* Adds an empty signature for kind (which must not have one yet). */
+kf_manifest_signature *kf_manifest_add_signature(kf_manifest *m, const char *kind);
+void kf_manifest_add_param(kf_manifest_signature *s, const char *name, const char *type, int size);
+/* Appends a kernel with copies of the given strings; object and meta paths
+ * are derived from key and object_name. Returns it for the launch fields. */
+kf_manifest_kernel *kf_manifest_add_kernel(kf_manifest *m, const char *id, const char *kind,
+                                           int width, const char *key, const char *object_name,
+                                           const char *checksum, int64_t size, const char *symbol);
+
+/* Writes m to path (creating its directory), replacing the old file
+ * atomically and only when the bytes differ. Returns 0, or -1 with errno set
+ * (the old file stays). */
+int kf_manifest_write(const char *path, const kf_manifest *m);
+/* Reads the manifest at path. Returns 0, or -1 with *err (caller frees) when
+ * it cannot be read, is not JSON or has no "kernels" array; m is then empty
+ * and still to be freed. */
+int kf_manifest_load(const char *path, kf_manifest *m, char **err);
+void kf_manifest_free(kf_manifest *m);
+
+#endif /* KF_MANIFEST_H */
