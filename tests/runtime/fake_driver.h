@@ -143,7 +143,8 @@ static void fake_record_launch(const fake_function *f, const unsigned g[3], cons
 
 /* The occupancy entry points: `per_sm` blocks of any function per SM (CU),
  * recording what was asked. */
-static int fake_occupancy(int *blocks, const void *fn, int threads, size_t shared, int per_sm) {
+__attribute__((unused)) static int fake_occupancy(int *blocks, const void *fn, int threads,
+                                                  size_t shared, int per_sm) {
   if (!blocks || !fn || threads <= 0)
     return -1;
   atomic_fetch_add(&fake.occupancy_queries, 1);
