@@ -64,6 +64,11 @@
 // one L2 round trip), about B microseconds on an H200. While a block waits it
 // polls the status word too: once any wait of the launch has expired, every
 // other wait returns false at its next poll, so the whole grid leaves.
+//
+// Overlap: only one thread of a waiting block polls; the block issues the
+// next phase's weight loads (kf::prefetch_l2, kf::async_copy16 into shared
+// memory: weights only, which no phase writes) before it calls
+// wait_at_least, and they complete while it waits.
 #ifndef KF_SYNC_CUH
 #define KF_SYNC_CUH
 
