@@ -25,6 +25,7 @@ typedef struct {
   char pad[4];
   union {
     int programmatic_stream_serialization;
+    int cooperative;
     char bytes[64];
   } value;
 } CUlaunchAttribute;
@@ -47,6 +48,7 @@ enum {
   CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111,
   CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+  CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
   CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
   RT_CUDA_DEFAULT_SHARED = 48 * 1024 /* usable without opting in */
 };
@@ -69,6 +71,8 @@ typedef struct cuda_fns {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **); /* optional */
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int,
+                                                          size_t); /* optional */
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
 } cuda_fns;
@@ -101,6 +105,8 @@ static const struct {
     OPTIONAL_SYM(cuFuncGetAttribute, "cuFuncGetAttribute"),
     SYM(cuLaunchKernel, "cuLaunchKernel", NULL),
     OPTIONAL_SYM(cuLaunchKernelEx, "cuLaunchKernelEx"),
+    OPTIONAL_SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor,
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessor"),
     SYM(cuGetErrorName, "cuGetErrorName", NULL),
     SYM(cuGetErrorString, "cuGetErrorString", NULL),
 #undef SYM
@@ -125,6 +131,7 @@ static const struct {
 #define cuFuncGetAttribute (f->cuFuncGetAttribute)
 #define cuLaunchKernel (f->cuLaunchKernel)
 #define cuLaunchKernelEx (f->cuLaunchKernelEx)
+#define cuOccupancyMaxActiveBlocksPerMultiprocessor (f->cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 static void cuda_error_text(const rt_driver *d, int code, char *buf, size_t size) {
   const cuda_fns *f = d->fns;
@@ -222,25 +229,57 @@ out:
   return st;
 }
 
+/* Cooperative kernels need both the occupancy query (their grid is checked
+ * against it at load) and cuLaunchKernelEx (their launches carry the
+ * cooperative attribute): a driver without either refuses them at load. */
+static kf_status cuda_occupancy(rt_driver *d, void *function, unsigned threads, unsigned shared,
+                                int *per_sm, rt_err *err) {
+  const cuda_fns *f = d->fns;
+  int pushed;
+  kf_status st;
+  *per_sm = 0;
+  if (!cuOccupancyMaxActiveBlocksPerMultiprocessor || !cuLaunchKernelEx)
+    return rt_err_set(err, KF_ERR_CORESIDENCY, "the CUDA driver %s lacks %s", d->lib_path,
+                      cuLaunchKernelEx ? "cuOccupancyMaxActiveBlocksPerMultiprocessor"
+                                       : "cuLaunchKernelEx (CUDA 11.8 and later)");
+  if ((st = ctx_enter(d, &pushed, err)) != KF_OK)
+    return st;
+  st = RT_CHECK(
+      d, err,
+      cuOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, function, (int)threads, (size_t)shared));
+  ctx_leave(d, pushed);
+  return st;
+}
+
 /* A programmatic kernel (docs/contracts.md) goes through cuLaunchKernelEx
  * with programmatic stream serialisation, where the driver has it; any other
  * launch, or a driver without it, is an ordinary cuLaunchKernel, which such a
- * kernel also runs correctly under. */
+ * kernel also runs correctly under. A cooperative kernel always goes through
+ * cuLaunchKernelEx with the cooperative attribute (beside the programmatic
+ * one when both are set); cuda_occupancy refused it at load otherwise. */
 static kf_status cuda_launch(rt_driver *d, void *function, const unsigned grid[3],
-                             const unsigned block[3], unsigned shared, int programmatic,
-                             void *stream, void **params, rt_err *err) {
+                             const unsigned block[3], unsigned shared, unsigned flags, void *stream,
+                             void **params, rt_err *err) {
   const cuda_fns *f = d->fns;
   int pushed;
   kf_status st;
   if ((st = ctx_enter(d, &pushed, err)) != KF_OK)
     return st;
-  if (programmatic && cuLaunchKernelEx) { /* NULL: an older driver */
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmatic_stream_serialization = 1;
+  if ((flags & (RT_LAUNCH_PROGRAMMATIC | RT_LAUNCH_COOPERATIVE)) &&
+      cuLaunchKernelEx) { /* NULL: an older driver */
+    CUlaunchAttribute attrs[2];
+    unsigned n = 0;
+    memset(attrs, 0, sizeof attrs);
+    if (flags & RT_LAUNCH_COOPERATIVE) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n++].value.cooperative = 1;
+    }
+    if (flags & RT_LAUNCH_PROGRAMMATIC) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[n++].value.programmatic_stream_serialization = 1;
+    }
     const CUlaunchConfig cfg = {grid[0],  grid[1], grid[2], block[0], block[1],
-                                block[2], shared,  stream,  &attr,    1};
+                                block[2], shared,  stream,  attrs,    n};
     st = RT_CHECK(d, err, cuLaunchKernelEx(&cfg, function, params, NULL));
   } else {
     st = RT_CHECK(d, err,
@@ -283,6 +322,7 @@ kf_status rt_cuda_open(rt_driver *d, const char *path, int device, rt_err *err) 
   d->device = device;
   d->error_text = cuda_error_text;
   d->load = cuda_load;
+  d->occupancy = cuda_occupancy;
   d->launch = cuda_launch;
   d->unload = cuda_unload;
   d->close = cuda_close;
@@ -346,8 +386,8 @@ kf_status rt_cuda_open(rt_driver *d, const char *path, int device, rt_err *err) 
     goto fail;
   d->device = dev;
   d->shared_limit = optin > 0 ? (size_t)optin : RT_CUDA_DEFAULT_SHARED;
-  /* for launch.max_blocks_per_sm and one_wave only: a driver without them
-   * caps nothing */
+  /* for launch.max_blocks_per_sm, one_wave and cooperative only: a driver
+   * without them caps nothing (and refuses cooperative kernels) */
   rt_err ignored;
   if (RT_CHECK(d, &ignored,
                cuDeviceGetAttribute(&d->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) !=

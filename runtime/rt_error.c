@@ -106,6 +106,8 @@ const char *kf_strerror(kf_status status) {
     return "arguments do not match the kernel's parameters";
   case KF_ERR_BAD_META:
     return "missing or malformed meta.json";
+  case KF_ERR_CORESIDENCY:
+    return "a cooperative kernel's blocks cannot all be resident at once";
   }
   return "unknown status";
 }

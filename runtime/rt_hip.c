@@ -68,14 +68,25 @@ typedef struct hip_fns {
                                       unsigned, unsigned, void *, void **, void **);
   const char *(*hipGetErrorName)(hipError_t);
   const char *(*hipGetErrorString)(hipError_t);
+  /* optional (cooperative kernels only; module functions, hence the
+   * hipModule variants rather than hipOccupancy... / hipLaunchCooperative...,
+   * which take a host-side kernel handle) */
+  hipError_t (*hipModuleOccupancyMaxActiveBlocksPerMultiprocessor)(int *, void *, int, size_t);
+  hipError_t (*hipModuleLaunchCooperativeKernel)(void *, unsigned, unsigned, unsigned, unsigned,
+                                                 unsigned, unsigned, unsigned, void *, void **);
 } hip_fns;
 
+/* Optional entry points may be missing (older ROCm): their pointer stays
+ * NULL. */
 static const struct {
   const char *name, *alt;
   size_t offset;
+  int optional;
 } hip_syms[] = {
 #define SYM(field, name, alt)                                                                      \
-  { name, alt, offsetof(hip_fns, field) }
+  { name, alt, offsetof(hip_fns, field), 0 }
+#define OPTIONAL_SYM(field, name)                                                                  \
+  { name, NULL, offsetof(hip_fns, field), 1 }
     SYM(hipInit, "hipInit", NULL),
     SYM(hipGetDeviceCount, "hipGetDeviceCount", NULL),
     SYM(hipGetDeviceProperties, "hipGetDevicePropertiesR0600", NULL),
@@ -87,7 +98,11 @@ static const struct {
     SYM(hipModuleLaunchKernel, "hipModuleLaunchKernel", NULL),
     SYM(hipGetErrorName, "hipGetErrorName", NULL),
     SYM(hipGetErrorString, "hipGetErrorString", NULL),
+    OPTIONAL_SYM(hipModuleOccupancyMaxActiveBlocksPerMultiprocessor,
+                 "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor"),
+    OPTIONAL_SYM(hipModuleLaunchCooperativeKernel, "hipModuleLaunchCooperativeKernel"),
 #undef SYM
+#undef OPTIONAL_SYM
 };
 
 /* Call sites read as runtime calls; see rt_cuda.c. */
@@ -100,6 +115,9 @@ static const struct {
 #define hipModuleGetFunction (f->hipModuleGetFunction)
 #define hipModuleUnload (f->hipModuleUnload)
 #define hipModuleLaunchKernel (f->hipModuleLaunchKernel)
+#define hipModuleOccupancyMaxActiveBlocksPerMultiprocessor                                         \
+  (f->hipModuleOccupancyMaxActiveBlocksPerMultiprocessor)
+#define hipModuleLaunchCooperativeKernel (f->hipModuleLaunchCooperativeKernel)
 
 static void hip_error_text(const rt_driver *d, int code, char *buf, size_t size) {
   const hip_fns *f = d->fns;
@@ -171,20 +189,47 @@ out:
   return st;
 }
 
-/* HIP has no programmatic dependent launch: every launch is ordinary, which
- * programmatic kernels run correctly under. */
-static kf_status hip_launch(rt_driver *d, void *function, const unsigned grid[3],
-                            const unsigned block[3], unsigned shared, int programmatic,
-                            void *stream, void **params, rt_err *err) {
+/* Cooperative kernels need the occupancy query and the cooperative launch
+ * of module functions; a runtime without either refuses them at load. */
+static kf_status hip_occupancy(rt_driver *d, void *function, unsigned threads, unsigned shared,
+                               int *per_sm, rt_err *err) {
   const hip_fns *f = d->fns;
   int prev;
   kf_status st;
-  (void)programmatic;
+  *per_sm = 0;
+  if (!hipModuleOccupancyMaxActiveBlocksPerMultiprocessor || !hipModuleLaunchCooperativeKernel)
+    return rt_err_set(err, KF_ERR_CORESIDENCY, "the HIP runtime %s lacks %s", d->lib_path,
+                      hipModuleLaunchCooperativeKernel
+                          ? "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor"
+                          : "hipModuleLaunchCooperativeKernel");
   if ((st = dev_enter(d, &prev, err)) != KF_OK)
     return st;
   st = RT_CHECK(d, err,
-                hipModuleLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1],
-                                      block[2], shared, stream, params, NULL));
+                hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, function, (int)threads,
+                                                                   (size_t)shared));
+  dev_leave(d, prev);
+  return st;
+}
+
+/* HIP has no programmatic dependent launch: every launch is ordinary, which
+ * programmatic kernels run correctly under. Cooperative kernels go through
+ * hipModuleLaunchCooperativeKernel, which hip_occupancy found at load. */
+static kf_status hip_launch(rt_driver *d, void *function, const unsigned grid[3],
+                            const unsigned block[3], unsigned shared, unsigned flags, void *stream,
+                            void **params, rt_err *err) {
+  const hip_fns *f = d->fns;
+  int prev;
+  kf_status st;
+  if ((st = dev_enter(d, &prev, err)) != KF_OK)
+    return st;
+  if ((flags & RT_LAUNCH_COOPERATIVE) && hipModuleLaunchCooperativeKernel)
+    st = RT_CHECK(d, err,
+                  hipModuleLaunchCooperativeKernel(function, grid[0], grid[1], grid[2], block[0],
+                                                   block[1], block[2], shared, stream, params));
+  else
+    st = RT_CHECK(d, err,
+                  hipModuleLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1],
+                                        block[2], shared, stream, params, NULL));
   dev_leave(d, prev);
   return st;
 }
@@ -240,6 +285,7 @@ kf_status rt_hip_open(rt_driver *d, const char *path, int device, rt_err *err) {
   d->device = device;
   d->error_text = hip_error_text;
   d->load = hip_load;
+  d->occupancy = hip_occupancy;
   d->launch = hip_launch;
   d->unload = hip_unload;
   d->close = hip_close;
@@ -271,7 +317,7 @@ kf_status rt_hip_open(rt_driver *d, const char *path, int device, rt_err *err) {
     void *sym = dlsym(d->lib, hip_syms[i].name);
     if (!sym && hip_syms[i].alt)
       sym = dlsym(d->lib, hip_syms[i].alt);
-    if (!sym) {
+    if (!sym && !hip_syms[i].optional) {
       st = rt_err_set(err, KF_ERR_NO_DRIVER,
                       "%s is not a usable HIP runtime (ROCm 6 or later): it "
                       "lacks %s",
@@ -311,6 +357,9 @@ kf_status rt_hip_open(rt_driver *d, const char *path, int device, rt_err *err) {
     goto fail;
   }
   d->shared_limit = ((const hip_props_r0600 *)(void *)props)->shared_mem_per_block;
+  /* multiProcessorCount follows deviceOverlap; CUs, for cooperative kernels */
+  d->sm_count =
+      ((const hip_props_r0600 *)(void *)props)->device_overlap_to_max_surface_cubemap_layered[1];
   if (d->shared_limit == 0)
     d->shared_limit = 64 * 1024;
   free(props);

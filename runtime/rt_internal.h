@@ -61,6 +61,11 @@ kf_status rt_tls_record(const rt_err *e);
 
 typedef struct rt_driver rt_driver;
 
+enum {
+  RT_LAUNCH_PROGRAMMATIC = 1u, /* launch.programmatic */
+  RT_LAUNCH_COOPERATIVE = 2u   /* launch.cooperative */
+};
+
 struct rt_driver {
   kf_backend backend;
   const char *api;               /* "CUDA driver" / "HIP runtime" */
@@ -71,7 +76,7 @@ struct rt_driver {
   int cc_major, cc_minor;        /* CUDA compute capability */
   char device_arch[RT_ARCH_MAX]; /* "sm_90", "gfx942:sramecc+:xnack-" */
   size_t shared_limit;           /* most dynamic shared memory per block */
-  int sm_count;                  /* CUDA: streaming multiprocessors (0: unknown) */
+  int sm_count;                  /* SMs (CUDA) or CUs (HIP); 0: unknown */
   int sm_shared;                 /* CUDA: shared memory per SM (0: unknown) */
   int block_reserved_shared;     /* CUDA: shared memory the system keeps per block */
   void *ctx;                     /* CUDA primary context */
@@ -85,10 +90,19 @@ struct rt_driver {
   kf_status (*load)(rt_driver *d, const void *image, const char *symbol, unsigned shared,
                     unsigned max_blocks, void **module, void **function, unsigned *launch_shared,
                     rt_err *err);
-  /* Launches; programmatic: with programmatic stream serialisation where
-   * the driver has it (an ordinary launch elsewhere). */
+  /* For a cooperative kernel, at load: into *per_sm, how many blocks of
+   * function (threads each, shared bytes of dynamic shared memory) one SM
+   * (CU) holds at once. KF_ERR_CORESIDENCY, with the reason, when the driver
+   * lacks the occupancy query or the cooperative launch; KF_ERR_DRIVER when
+   * the query fails. */
+  kf_status (*occupancy)(rt_driver *d, void *function, unsigned threads, unsigned shared,
+                         int *per_sm, rt_err *err);
+  /* Launches; flags (RT_LAUNCH_*): RT_LAUNCH_PROGRAMMATIC with programmatic
+   * stream serialisation where the driver has it (an ordinary launch
+   * elsewhere), RT_LAUNCH_COOPERATIVE as a cooperative launch (every block
+   * resident at once, which occupancy checked). */
   kf_status (*launch)(rt_driver *d, void *function, const unsigned grid[3], const unsigned block[3],
-                      unsigned shared, int programmatic, void *stream, void **params, rt_err *err);
+                      unsigned shared, unsigned flags, void *stream, void **params, rt_err *err);
   void (*unload)(rt_driver *d, void *module);
   void (*close)(rt_driver *d);
 };
@@ -141,6 +155,7 @@ typedef struct rt_kdesc {
   int programmatic;    /* launch.programmatic: launch with programmatic stream serialisation */
   unsigned max_blocks; /* launch.max_blocks_per_sm, 0 when absent */
   int one_wave;        /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
+  int cooperative;     /* launch.cooperative: every block resident at once, checked at load */
 } rt_kdesc;
 
 /* A parameter list shared by every kernel of a kind ("signatures"). */

@@ -55,6 +55,34 @@ static unsigned blocks_per_sm_cap(const rt_driver *drv, const rt_kdesc *d) {
   return cap;
 }
 
+/* A cooperative kernel's blocks wait for each other (templates/kf_sync.cuh):
+ * unless the device holds its whole grid at once, with the dynamic shared
+ * memory its launches pass, a launch would hang, so it is refused here,
+ * where the server can still fall back. */
+static kf_status check_coresident(kf_kernel *k, rt_err *err) {
+  rt_driver *drv = &k->rt->drv;
+  const rt_kdesc *d = k->d;
+  const unsigned long long blocks = (unsigned long long)d->grid[0] * d->grid[1] * d->grid[2];
+  const unsigned threads = d->block[0] * d->block[1] * d->block[2];
+  int per_sm = 0;
+  kf_status st = drv->occupancy(drv, k->function, threads, k->shared, &per_sm, err);
+  if (st != KF_OK)
+    return rt_err_prefix(err, "kernel %s: cooperative, cannot check co-residency: ", d->id);
+  if (drv->sm_count <= 0)
+    return rt_err_set(err, KF_ERR_CORESIDENCY,
+                      "kernel %s: cooperative, cannot check co-residency: the %s did not give "
+                      "the device's multiprocessor count",
+                      d->id, drv->api);
+  if ((unsigned long long)per_sm * (unsigned)drv->sm_count < blocks)
+    return rt_err_set(err, KF_ERR_CORESIDENCY,
+                      "kernel %s: cooperative, its grid of %llu blocks cannot be resident at once: "
+                      "%d blocks per SM (%u threads, %u bytes of dynamic shared memory each) on "
+                      "%d SMs hold %llu (a launch would hang)",
+                      d->id, blocks, per_sm, threads, k->shared, drv->sm_count,
+                      (unsigned long long)per_sm * (unsigned)drv->sm_count);
+  return KF_OK;
+}
+
 /* Hands a checked image to the driver; takes ownership of image. */
 static kf_status load_image(kf_kernel *k, char *image, rt_err *err) {
   kf_runtime *rt = k->rt;
@@ -67,6 +95,11 @@ static kf_status load_image(kf_kernel *k, char *image, rt_err *err) {
                          k->object_path);
   if (st != KF_OK)
     return rt_err_prefix(err, "kernel %s: cannot load %s: ", d->id, k->object_path);
+  if (d->cooperative && (st = check_coresident(k, err)) != KF_OK) {
+    rt->drv.unload(&rt->drv, k->module);
+    k->module = k->function = NULL;
+    return st;
+  }
   return KF_OK;
 }
 
@@ -221,7 +254,9 @@ kf_status kf_kernel_launch(kf_kernel *k, void *stream, const kf_arg *args, size_
     }
   }
   if (rt_kernel_load(k, &err) != KF_OK ||
-      k->rt->drv.launch(&k->rt->drv, k->function, d->grid, d->block, k->shared, d->programmatic,
+      k->rt->drv.launch(&k->rt->drv, k->function, d->grid, d->block, k->shared,
+                        (d->programmatic ? RT_LAUNCH_PROGRAMMATIC : 0u) |
+                            (d->cooperative ? RT_LAUNCH_COOPERATIVE : 0u),
                         stream, params, &err) != KF_OK) {
     if (err.status == KF_ERR_DRIVER)
       rt_err_prefix(&err, "kernel %s: ", d->id);

@@ -371,6 +371,10 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
   if (ow && !cJSON_IsBool(ow))
     return bad(c, "one_wave", "must be true or false");
   k->one_wave = cJSON_IsTrue(ow);
+  const cJSON *co = cJSON_GetObjectItemCaseSensitive(launch, "cooperative");
+  if (co && !cJSON_IsBool(co))
+    return bad(c, "cooperative", "must be true or false");
+  k->cooperative = cJSON_IsTrue(co);
   c->sub = NULL;
 
   k->width = (int)width;

@@ -7,7 +7,13 @@
  * FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_INIT_ERROR (cuInit's result),
  * FAKE_CUDA_OPTIN (opt-in shared memory limit, default 232448),
  * FAKE_CUDA_LOAD_US (each cuModuleLoadData busy-waits this long, as a real
- * driver's ~20 us per small cubin: startup timing on a CPU; default 0). */
+ * driver's ~20 us per small cubin: startup timing on a CPU; default 0),
+ * FAKE_CUDA_SMS (SMs, default 132), FAKE_CUDA_BLOCKS_PER_SM (what the
+ * occupancy query answers, default 2; a cooperative launch of more blocks
+ * than SMs times that fails, as a real driver's does). Built without
+ * cuLaunchKernelEx (FAKE_CUDA_NO_LAUNCH_EX) or without
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor (FAKE_CUDA_NO_OCCUPANCY) it
+ * stands for older drivers. */
 #include "fake_driver.h"
 
 #include <time.h>
@@ -21,7 +27,8 @@ enum {
   CUDA_ERROR_INVALID_IMAGE = 200,
   CUDA_ERROR_INVALID_CONTEXT = 201,
   CUDA_ERROR_INVALID_HANDLE = 400,
-  CUDA_ERROR_NOT_FOUND = 500
+  CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720
 };
 
 static int primary_ctx; /* its address is the one context */
@@ -198,6 +205,17 @@ FAKE_EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned
   return CUDA_SUCCESS;
 }
 
+#ifndef FAKE_CUDA_NO_OCCUPANCY
+FAKE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *fn, int threads,
+                                                                 size_t shared) {
+  if (!have_ctx())
+    return CUDA_ERROR_INVALID_CONTEXT;
+  return fake_occupancy(blocks, fn, threads, shared, fake_env_int("FAKE_CUDA_BLOCKS_PER_SM", 2))
+             ? CUDA_ERROR_INVALID_VALUE
+             : CUDA_SUCCESS;
+}
+#endif // FAKE_CUDA_NO_OCCUPANCY
+
 #ifndef FAKE_CUDA_NO_LAUNCH_EX
 /* cuda.h's CUlaunchAttribute and CUlaunchConfig (CUDA 11.8 and later). */
 typedef struct {
@@ -216,21 +234,35 @@ typedef struct {
   unsigned nattrs;
 } fake_launch_config;
 
-/* Accepts only the programmatic stream serialisation attribute (id 6). */
+/* Accepts only the cooperative (id 2) and programmatic stream serialisation
+ * (id 6) attributes, each at most once. */
 FAKE_EXPORT CUresult cuLaunchKernelEx(const fake_launch_config *cfg, void *fn, void **params,
                                       void **extra) {
-  int programmatic = 0;
+  int programmatic = 0, cooperative = 0, seen = 0;
   if (!cfg || (cfg->nattrs && !cfg->attrs))
     return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < cfg->nattrs; i++) {
-    if (cfg->attrs[i].id != 6)
+    const int id = cfg->attrs[i].id;
+    if ((id != 2 && id != 6) || (seen & (1 << id)))
       return CUDA_ERROR_INVALID_VALUE;
-    programmatic |= cfg->attrs[i].v.value != 0;
+    seen |= 1 << id;
+    if (id == 6)
+      programmatic = cfg->attrs[i].v.value != 0;
+    else
+      cooperative = cfg->attrs[i].v.value != 0;
+  }
+  if (cooperative && (unsigned long long)cfg->g[0] * cfg->g[1] * cfg->g[2] >
+                         (unsigned long long)fake_env_int("FAKE_CUDA_SMS", 132) *
+                             (unsigned)fake_env_int("FAKE_CUDA_BLOCKS_PER_SM", 2)) {
+    atomic_fetch_add(&fake.launch_failures, 1);
+    return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   }
   CUresult rc = cuLaunchKernel(fn, cfg->g[0], cfg->g[1], cfg->g[2], cfg->b[0], cfg->b[1], cfg->b[2],
                                cfg->shared, cfg->stream, params, extra);
   if (rc == CUDA_SUCCESS && programmatic)
     atomic_fetch_add(&fake.programmatic_launches, 1);
+  if (rc == CUDA_SUCCESS && cooperative)
+    atomic_fetch_add(&fake.cooperative_launches, 1);
   return rc;
 }
 #endif // FAKE_CUDA_NO_LAUNCH_EX

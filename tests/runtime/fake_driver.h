@@ -40,6 +40,11 @@ struct fake_function {
 typedef struct fake_state {
   atomic_long loads, unloads, live_modules, launches, launch_failures;
   atomic_long programmatic_launches; /* cuLaunchKernelEx with programmatic serialisation */
+  atomic_long cooperative_launches;  /* cuLaunchKernelEx with the cooperative attribute,
+                                        hipModuleLaunchCooperativeKernel */
+  atomic_long occupancy_queries;     /* the occupancy entry point's calls, and its */
+  atomic_long occupancy_threads;     /* last block size and dynamic shared memory */
+  atomic_long occupancy_shared;
   atomic_long retained;
   pthread_mutex_t mu; /* guards last_* and per-stream sums */
   char last_name[128];
@@ -136,6 +141,19 @@ static void fake_record_launch(const fake_function *f, const unsigned g[3], cons
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
+/* The occupancy entry points: `per_sm` blocks of any function per SM (CU),
+ * recording what was asked. */
+__attribute__((unused)) static int fake_occupancy(int *blocks, const void *fn, int threads,
+                                                  size_t shared, int per_sm) {
+  if (!blocks || !fn || threads <= 0)
+    return -1;
+  atomic_fetch_add(&fake.occupancy_queries, 1);
+  atomic_store(&fake.occupancy_threads, threads);
+  atomic_store(&fake.occupancy_shared, (long)shared);
+  *blocks = per_sm;
+  return 0;
+}
+
 /* Test-side queries, exported by both fakes. */
 FAKE_EXPORT long fake_stat(const char *what) {
   if (strcmp(what, "loads") == 0)
@@ -152,6 +170,14 @@ FAKE_EXPORT long fake_stat(const char *what) {
     return atomic_load(&fake.programmatic_launches);
   if (strcmp(what, "retained") == 0)
     return atomic_load(&fake.retained);
+  if (strcmp(what, "cooperative_launches") == 0)
+    return atomic_load(&fake.cooperative_launches);
+  if (strcmp(what, "occupancy_queries") == 0)
+    return atomic_load(&fake.occupancy_queries);
+  if (strcmp(what, "occupancy_threads") == 0)
+    return atomic_load(&fake.occupancy_threads);
+  if (strcmp(what, "occupancy_shared") == 0)
+    return atomic_load(&fake.occupancy_shared);
   return -1;
 }
 
@@ -185,6 +211,10 @@ FAKE_EXPORT void fake_reset(void) {
   atomic_store(&fake.launches, 0);
   atomic_store(&fake.launch_failures, 0);
   atomic_store(&fake.programmatic_launches, 0);
+  atomic_store(&fake.cooperative_launches, 0);
+  atomic_store(&fake.occupancy_queries, 0);
+  atomic_store(&fake.occupancy_threads, 0);
+  atomic_store(&fake.occupancy_shared, 0);
   pthread_mutex_lock(&fake.mu);
   memset(fake.stream_launches, 0, sizeof fake.stream_launches);
   memset(fake.stream_rows, 0, sizeof fake.stream_rows);

@@ -1,7 +1,10 @@
 /* A fake HIP runtime (libfake_hip.so) for the runtime's CPU tests: the entry
  * points libkforge_rt dlopens, writing gcnArchName into hipDeviceProp_t at
  * its R0600 offset. FAKE_HIP_ARCH sets it (default "gfx942:sramecc+:xnack-"),
- * FAKE_HIP_DEVICES the device count (default 1). The device is per thread,
+ * FAKE_HIP_DEVICES the device count (default 1), FAKE_HIP_CUS its compute
+ * units (default 304), FAKE_HIP_BLOCKS_PER_CU what the occupancy query
+ * answers, default 2; a cooperative launch of more blocks than CUs times
+ * that fails, as a real runtime's does). The device is per thread,
  * as in HIP: loading and launching need the runtime to select device 0 in a
  * thread that selected another (FAKE_HIP_DEVICES=2). */
 #include "fake_driver.h"
@@ -22,6 +25,7 @@ enum {
  * declaration, so this independent figure checks that declaration. */
 #define FAKE_GCN_ARCH_NAME_OFFSET 1160
 #define FAKE_SHARED_PER_BLOCK_OFFSET 296
+#define FAKE_MULTIPROCESSOR_COUNT_OFFSET 388
 
 static _Thread_local int current_device;
 
@@ -42,6 +46,8 @@ FAKE_EXPORT hipError_t hipGetDevicePropertiesR0600(void *props, int dev) {
   snprintf((char *)props + FAKE_GCN_ARCH_NAME_OFFSET, 256, "%s",
            arch && *arch ? arch : "gfx942:sramecc+:xnack-");
   memcpy((char *)props + FAKE_SHARED_PER_BLOCK_OFFSET, &shared, sizeof shared);
+  const int cus = fake_env_int("FAKE_HIP_CUS", 304);
+  memcpy((char *)props + FAKE_MULTIPROCESSOR_COUNT_OFFSET, &cus, sizeof cus);
   return hipSuccess;
 }
 
@@ -81,6 +87,29 @@ FAKE_EXPORT hipError_t hipModuleLaunchKernel(void *fn, unsigned gx, unsigned gy,
   }
   fake_record_launch(fn, g, b, shared, stream, params);
   return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *fn,
+                                                                          int threads,
+                                                                          size_t shared) {
+  return fake_occupancy(blocks, fn, threads, shared, fake_env_int("FAKE_HIP_BLOCKS_PER_CU", 2))
+             ? hipErrorInvalidValue
+             : hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipModuleLaunchCooperativeKernel(void *fn, unsigned gx, unsigned gy,
+                                                        unsigned gz, unsigned bx, unsigned by,
+                                                        unsigned bz, unsigned shared, void *stream,
+                                                        void **params) {
+  if ((unsigned long long)gx * gy * gz > (unsigned long long)fake_env_int("FAKE_HIP_CUS", 304) *
+                                             (unsigned)fake_env_int("FAKE_HIP_BLOCKS_PER_CU", 2)) {
+    atomic_fetch_add(&fake.launch_failures, 1);
+    return hipErrorInvalidValue; /* hipErrorCooperativeLaunchTooLarge */
+  }
+  hipError_t rc = hipModuleLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, NULL);
+  if (rc == hipSuccess)
+    atomic_fetch_add(&fake.cooperative_launches, 1);
+  return rc;
 }
 
 FAKE_EXPORT const char *hipGetErrorName(hipError_t e) {

@@ -716,7 +716,7 @@ KF_TEST(errors__statuses_have_distinct_texts_and_handles_keep_theirs) {
   char ra[512], rb[512];
   int rows = 1;
   kf_arg args[] = {{&rows, 4}};
-  for (int i = 0; i <= KF_ERR_BAD_META; i++)
+  for (int i = 0; i <= KF_ERR_CORESIDENCY; i++)
     for (int j = 0; j < i; j++)
       KF_CHECK(strcmp(kf_strerror((kf_status)i), kf_strerror((kf_status)j)));
   fresh();
@@ -1240,6 +1240,205 @@ KF_TEST(open__launch_programmatic_must_be_a_boolean) {
   KF_CHECK_CONTAINS(kf_last_error(),
                     "kernels[0].launch.programmatic: error: must be true or false");
   KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  drop_cache(cache);
+  free(man);
+}
+
+/* ---- cooperative launches ----------------------------------------------- */
+
+/* A cache of model "m" for arch holding norm w4 (grid 4) and attn w8 (grid
+ * 8, 256 threads, 1024 bytes of dynamic shared memory), attn's launch given
+ * `extra` (JSON members) after its shared_bytes; *man is the manifest. */
+static char *cooperative_cache(const char *arch, const char *extra, char **man) {
+  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL, 0, 0},
+                     {"attn", 8, "float* o; int rows", 1024, NULL, 0, 0}};
+  char *cache = fx_tmpdir(), *text, *at, *edited, id[64];
+  if (fx_cache_add(cache, "m", arch, specs, 2, 1) != 0)
+    abort();
+  *man = fx_manifest_path(cache, "m", arch);
+  text = slurp(*man);
+  snprintf(id, sizeof id, "\"m/attn/w8/%s\"", arch);
+  at = strstr(text, id);
+  at = at ? strstr(at, "\"shared_bytes\": 1024") : NULL;
+  if (!at)
+    abort();
+  at += strlen("\"shared_bytes\": 1024");
+  if (asprintf(&edited, "%.*s, %s%s", (int)(at - text), text, extra, at) < 0)
+    abort();
+  if (fx_write_file(*man, edited, strlen(edited)) != 0)
+    abort();
+  free(text);
+  free(edited);
+  return cache;
+}
+
+KF_TEST(launch__cooperative_kernels_that_fit_launch_with_the_cooperative_attribute) {
+  char *man, *cache = cooperative_cache("sm_90a", "\"cooperative\": true", &man);
+  kf_runtime *rt = NULL;
+  kf_kernel *attn = NULL, *norm = NULL;
+  uintptr_t x = 0x1000;
+  float eps = 1;
+  int rows = 3;
+  kf_arg aargs[] = {{&x, 8}, {&rows, 4}};
+  kf_arg nargs[] = {{&x, 8}, {&x, 8}, {&eps, 4}, {&rows, 4}};
+  fq_launch l;
+  fresh();
+  /* 8 blocks, 4 SMs holding 2 each: exactly resident */
+  setenv("FAKE_CUDA_SMS", "4", 1);
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  /* asked once, at open, for attn's block and dynamic shared memory */
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "occupancy_queries") == 1);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "occupancy_threads") == 256);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "occupancy_shared") == 1024);
+  KF_CHECK(kf_kernel_find(rt, "attn", 5, &attn) == KF_OK);
+  KF_CHECK(kf_kernel_launch(attn, (void *)2, aargs, 2) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "cooperative_launches") == 1);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "programmatic_launches") == 0);
+  fq_last(FAKE_CUDA_PATH, &l);
+  KF_CHECK(l.grid[0] == 8 && l.block[0] == 256 && l.shared == 1024 && l.params[1] == 3);
+  /* the other kernels launch as before */
+  KF_CHECK(kf_kernel_find(rt, "norm", 4, &norm) == KF_OK);
+  KF_CHECK(kf_kernel_launch(norm, NULL, nargs, 4) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 2);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "cooperative_launches") == 1);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+  free(man);
+  unsetenv("FAKE_CUDA_SMS");
+  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
+}
+
+KF_TEST(launch__cooperative_and_programmatic_kernels_carry_both_attributes) {
+  char *man,
+      *cache = cooperative_cache("sm_90a", "\"programmatic\": true, \"cooperative\": true", &man);
+  kf_runtime *rt = NULL;
+  kf_kernel *attn = NULL;
+  uintptr_t x = 0x1000;
+  int rows = 8;
+  kf_arg args[] = {{&x, 8}, {&rows, 4}};
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "attn", 8, &attn) == KF_OK);
+  KF_CHECK(kf_kernel_launch(attn, NULL, args, 2) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "cooperative_launches") == 1);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "programmatic_launches") == 1);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+  free(man);
+}
+
+KF_TEST(open__refuses_a_cooperative_kernel_whose_grid_cannot_be_resident) {
+  char *man, *cache = cooperative_cache("sm_90a", "\"cooperative\": true", &man);
+  kf_runtime *rt = NULL;
+  fresh();
+  /* 8 blocks, 7 SMs holding 1 each */
+  setenv("FAKE_CUDA_SMS", "7", 1);
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "1", 1);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_CORESIDENCY && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/attn/w8/sm_90a: cooperative, its grid of 8 blocks "
+                                     "cannot be resident at once: 1 blocks per SM");
+  KF_CHECK_CONTAINS(kf_last_error(), "on 7 SMs hold 7");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "launches") == 0);
+  /* one SM more and it fits */
+  setenv("FAKE_CUDA_SMS", "8", 1);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK && rt);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+  free(man);
+  unsetenv("FAKE_CUDA_SMS");
+  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
+}
+
+KF_TEST(find__lazily_refuses_a_cooperative_kernel_that_cannot_be_resident) {
+  char *man, *cache = cooperative_cache("sm_90a", "\"cooperative\": true", &man);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  char reason[512];
+  fresh();
+  setenv("FAKE_CUDA_SMS", "3", 1);
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
+  KF_CHECK(open_cuda(cache, 1, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "norm", 4, &k) == KF_OK && k);
+  KF_CHECK(kf_kernel_find(rt, "attn", 8, &k) == KF_ERR_CORESIDENCY && k == NULL);
+  KF_CHECK(kf_runtime_error(rt, reason, sizeof reason) == KF_ERR_CORESIDENCY);
+  KF_CHECK_CONTAINS(reason, "kernel m/attn/w8/sm_90a: cooperative, its grid of 8 blocks cannot be "
+                            "resident at once: 2 blocks per SM");
+  KF_CHECK_CONTAINS(reason, "on 3 SMs hold 6");
+  /* the refusal sticks and unloads what it loaded: norm's module only */
+  KF_CHECK(kf_kernel_find(rt, "attn", 8, &k) == KF_ERR_CORESIDENCY);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 1);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "occupancy_queries") == 1);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+  free(man);
+  unsetenv("FAKE_CUDA_SMS");
+  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
+}
+
+KF_TEST(open__refuses_cooperative_kernels_on_a_driver_without_the_occupancy_query) {
+  char *man, *cache = cooperative_cache("sm_90a", "\"cooperative\": true", &man);
+  kf_runtime_options o = options(cache, "m", FAKE_CUDA_NOOCC_PATH);
+  kf_runtime *rt = NULL;
+  fresh();
+  fq_reset(FAKE_CUDA_NOOCC_PATH);
+  KF_CHECK(fq_sym_or_null(FAKE_CUDA_NOOCC_PATH, "cuOccupancyMaxActiveBlocksPerMultiprocessor") ==
+           NULL);
+  o.backend = KF_BACKEND_CUDA;
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_CORESIDENCY && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/attn/w8/sm_90a: cooperative, cannot check "
+                                     "co-residency: the CUDA driver");
+  KF_CHECK_CONTAINS(kf_last_error(), "lacks cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  KF_CHECK(fq_stat(FAKE_CUDA_NOOCC_PATH, "live_modules") == 0);
+  /* nor without cuLaunchKernelEx, which carries the cooperative attribute */
+  o.driver_path = FAKE_CUDA_OLD_PATH;
+  fq_reset(FAKE_CUDA_OLD_PATH);
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_CORESIDENCY && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "lacks cuLaunchKernelEx");
+  KF_CHECK(fq_stat(FAKE_CUDA_OLD_PATH, "live_modules") == 0);
+  drop_cache(cache);
+  free(man);
+}
+
+KF_TEST(open__launch_cooperative_must_be_a_boolean) {
+  char *man, *cache = cooperative_cache("sm_90a", "\"cooperative\": \"yes\"", &man);
+  kf_runtime *rt = NULL;
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "launch.cooperative: error: must be true or false");
+  drop_cache(cache);
+  free(man);
+}
+
+KF_TEST(hip__cooperative_kernels_are_checked_against_the_cus_and_launched_cooperatively) {
+  char *man, *cache = cooperative_cache("gfx942", "\"cooperative\": true", &man);
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  uintptr_t x = 0x1000;
+  int rows = 1;
+  kf_arg args[] = {{&x, 8}, {&rows, 4}};
+  setenv("FAKE_HIP_ARCH", "gfx942:sramecc+:xnack-", 1);
+  fq_reset(FAKE_HIP_PATH);
+  setenv("FAKE_HIP_CUS", "4", 1);
+  setenv("FAKE_HIP_BLOCKS_PER_CU", "2", 1);
+  KF_CHECK(open_hip(cache, &rt) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_HIP_PATH, "occupancy_threads") == 256);
+  KF_CHECK(fq_stat(FAKE_HIP_PATH, "occupancy_shared") == 1024);
+  KF_CHECK(kf_kernel_find(rt, "attn", 1, &k) == KF_OK);
+  KF_CHECK(kf_kernel_launch(k, NULL, args, 2) == KF_OK);
+  KF_CHECK(fq_stat(FAKE_HIP_PATH, "cooperative_launches") == 1);
+  KF_CHECK(fq_stat(FAKE_HIP_PATH, "launches") == 1);
+  kf_runtime_close(rt);
+  /* the CU count comes from the device's properties: 3 CUs hold 6 */
+  setenv("FAKE_HIP_CUS", "3", 1);
+  KF_CHECK(open_hip(cache, &rt) == KF_ERR_CORESIDENCY && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/attn/w8/gfx942: cooperative, its grid of 8 blocks "
+                                     "cannot be resident at once: 2 blocks per SM");
+  KF_CHECK_CONTAINS(kf_last_error(), "on 3 SMs hold 6");
+  KF_CHECK(fq_stat(FAKE_HIP_PATH, "live_modules") == 0);
+  unsetenv("FAKE_HIP_CUS");
+  unsetenv("FAKE_HIP_BLOCKS_PER_CU");
   drop_cache(cache);
   free(man);
 }

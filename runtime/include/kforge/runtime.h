@@ -58,7 +58,8 @@ typedef enum kf_status {
   KF_ERR_NO_KIND = 12,         /* no kernel of this kind in the manifest */
   KF_ERR_NO_WIDTH = 13,        /* rows exceed the largest width: fall back */
   KF_ERR_ARGS = 14,            /* arguments do not match the parameter list */
-  KF_ERR_BAD_META = 15         /* meta.json missing or malformed */
+  KF_ERR_BAD_META = 15,        /* meta.json missing or malformed */
+  KF_ERR_CORESIDENCY = 16      /* a cooperative kernel's grid cannot be resident at once */
 } kf_status;
 
 typedef enum kf_backend {
