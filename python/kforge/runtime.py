@@ -32,6 +32,7 @@ class Status(enum.IntEnum):
     NO_WIDTH = 13
     ARGS = 14
     BAD_META = 15
+    CORESIDENCY = 16
 
 
 class Error(Exception):

@@ -94,6 +94,17 @@ class BindingTest(unittest.TestCase):
                     return os.path.join(self.cache, "v1", k["object"])
         raise KeyError(kernel_id)
 
+    def test_status_enum_matches_the_c_header(self):
+        import re
+        header = os.path.join(os.path.dirname(__file__), "..", "..", "runtime", "include",
+                              "kforge", "runtime.h")
+        with open(header) as f:
+            c = {m.group(1): int(m.group(2))
+                 for m in re.finditer(r"^\s*KF_(OK|ERR_[A-Z_]+) = (\d+)", f.read(), re.M)}
+        self.assertGreater(len(c), 15)
+        py = {("OK" if n == "OK" else "ERR_" + n): int(v) for n, v in kforge.Status.__members__.items()}
+        self.assertEqual(py, c)
+
     def test_open_reports_arch_model_and_kernel_ids(self):
         self.make()
         self.make(arch="sm_90")
