@@ -93,95 +93,9 @@ typedef struct {
   size_t ntemplates;
 } loader;
 
-static void template_free(kf_template *t) {
-  if (!t)
-    return;
-  free(t->name);
-  free(t->dir);
-  free(t->path);
-  free(t->header);
-  free(t->entry);
-  for (size_t i = 0; i < t->nparams; i++) {
-    free(t->params[i].name);
-    free(t->params[i].one_of);
-  }
-  free(t->params);
-  for (size_t i = 0; i < t->nargs; i++) {
-    free(t->args[i].name);
-    free(t->args[i].type);
-  }
-  free(t->args);
-  for (int i = 0; i < 3; i++) {
-    free(t->grid[i]);
-    free(t->block[i]);
-    free(t->cluster[i]);
-  }
-  free(t->shared_bytes);
-  free(t->max_blocks_per_sm);
-  free(t);
-}
-
-static const struct {
-  const char *type;
-  int size;
-} arg_types[] = {{"const kf_bf16*", 8}, {"kf_bf16*", 8}, {"const float*", 8}, {"float*", 8},
-                 {"const int*", 8},     {"int*", 8},     {"int", 4},          {"float", 4},
-                 {"long long", 8},      {NULL, 0}};
-
-/* A launch dimension is a number or an expression string. */
-static char *launch_expr(const char *file, const char *path, const cJSON *v, int *errors) {
-  if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble))
-    return kf_xasprintf("%lld", (long long)v->valuedouble);
-  if (cJSON_IsString(v) && *v->valuestring)
-    return kf_xstrdup(v->valuestring);
-  kf_error(file, path, "must be an integer or an expression string, got %s", kf_json_type_name(v));
-  (*errors)++;
-  return kf_xstrdup("0");
-}
-
-static int parse_param_spec(const char *file, const char *path, const cJSON *spec,
-                            kf_param_spec *ps) {
-  static const char *const members[] = {"type",   "min",         "max", "multiple_of",
-                                        "one_of", "description", NULL};
-  int errors = 0;
-  if (!cJSON_IsObject(spec)) {
-    kf_error(file, path, "must be an object, got %s", kf_json_type_name(spec));
-    return 1;
-  }
-  errors += kf_json_check_members(file, path, spec, members);
-  const cJSON *type = cJSON_GetObjectItemCaseSensitive(spec, "type");
-  if (!cJSON_IsString(type) ||
-      (strcmp(type->valuestring, "int") != 0 && strcmp(type->valuestring, "float") != 0)) {
-    char *p = kf_xasprintf("%s.type", path);
-    kf_error(file, p, "must be \"int\" or \"float\"");
-    free(p);
-    errors++;
-  } else {
-    ps->is_float = strcmp(type->valuestring, "float") == 0;
-  }
-  const cJSON *v;
-  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "min"))) {
-    ps->has_min = cJSON_IsNumber(v);
-    ps->min = v->valuedouble;
-  }
-  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "max"))) {
-    ps->has_max = cJSON_IsNumber(v);
-    ps->max = v->valuedouble;
-  }
-  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "multiple_of")))
-    ps->multiple_of = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
-  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "one_of")) && cJSON_IsArray(v)) {
-    ps->n_one_of = (size_t)cJSON_GetArraySize(v);
-    ps->one_of = kf_xcalloc(ps->n_one_of, sizeof(int64_t));
-    size_t i = 0;
-    for (const cJSON *e = v->child; e; e = e->next)
-      ps->one_of[i++] = (int64_t)e->valuedouble;
-  }
-  return errors;
-}
-
-/* Loads templates/<name>.json (first hit on the search path). */
-static kf_template *load_template(loader *L, const kf_model *m, const char *name,
+/* The schema of template `name`: loaded once per description from the
+ * description's template_dirs, then --template-dir, then the built-in dir. */
+static kf_template *find_template(loader *L, const kf_model *m, const char *name,
                                   const char *where_file, const char *where_path) {
   for (size_t i = 0; i < L->ntemplates; i++)
     if (strcmp(L->templates[i]->name, name) == 0)
@@ -192,201 +106,10 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
   for (size_t i = 0; i < L->opt->extra_template_dirs.n; i++)
     kf_strv_push_owned(&dirs, kf_path_absolute(L->opt->extra_template_dirs.v[i]));
   kf_strv_push_owned(&dirs, kf_path_absolute(L->opt->templates_dir));
-  char *found = NULL, *found_dir = NULL;
-  kf_buf searched = {0};
-  for (size_t i = 0; i < dirs.n && !found; i++) {
-    char *p = kf_xasprintf("%s/%s.json", dirs.v[i], name);
-    if (kf_path_exists(p)) {
-      found = p;
-      found_dir = kf_xstrdup(dirs.v[i]);
-    } else {
-      free(p);
-      kf_buf_printf(&searched, "%s%s", i ? ", " : "", dirs.v[i]);
-    }
-  }
+  kf_template *t = kf_template_load(&dirs, name, where_file, where_path, &L->errors);
   kf_strv_free(&dirs);
-  if (!found) {
-    kf_error(where_file, where_path, "template \"%s\" not found (searched %s)", name,
-             searched.data ? searched.data : "nothing");
-    kf_buf_free(&searched);
-    L->errors++;
+  if (!t)
     return NULL;
-  }
-  kf_buf_free(&searched);
-  cJSON *root = kf_json_load(found, found);
-  if (!root) {
-    L->errors++;
-    free(found);
-    free(found_dir);
-    return NULL;
-  }
-  kf_template *t = kf_xcalloc(1, sizeof *t);
-  t->name = kf_xstrdup(name);
-  t->dir = found_dir;
-  t->path = found;
-  int errors = 0;
-  static const char *const members[] = {"template", "header", "entry",       "params",
-                                        "args",     "launch", "description", NULL};
-  if (!cJSON_IsObject(root)) {
-    kf_error(found, "", "a template schema must be a JSON object");
-    errors++;
-    goto done;
-  }
-  errors += kf_json_check_members(found, "", root, members);
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "template");
-  if (!cJSON_IsString(v) || strcmp(v->valuestring, name) != 0) {
-    kf_error(found, "template", "must be \"%s\" (the file's name)", name);
-    errors++;
-  }
-  v = cJSON_GetObjectItemCaseSensitive(root, "header");
-  if (!cJSON_IsString(v) || !*v->valuestring || strchr(v->valuestring, '"')) {
-    kf_error(found, "header", "must be the header's file name");
-    errors++;
-  } else {
-    t->header = kf_xstrdup(v->valuestring);
-    char *hp = kf_path_join(t->dir, t->header);
-    if (!kf_path_exists(hp)) {
-      kf_error(found, "header", "\"%s\" does not exist beside the schema", t->header);
-      errors++;
-    }
-    free(hp);
-  }
-  v = cJSON_GetObjectItemCaseSensitive(root, "entry");
-  if (!cJSON_IsString(v) || !*v->valuestring) {
-    kf_error(found, "entry", "must name the device function template to call");
-    errors++;
-  } else {
-    t->entry = kf_xstrdup(v->valuestring);
-  }
-  const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
-  if (params && !cJSON_IsObject(params)) {
-    kf_error(found, "params", "must be an object");
-    errors++;
-  } else if (params) {
-    t->nparams = (size_t)cJSON_GetArraySize(params);
-    t->params = kf_xcalloc(t->nparams, sizeof *t->params);
-    size_t i = 0;
-    for (const cJSON *p = params->child; p; p = p->next, i++) {
-      t->params[i].name = kf_xstrdup(p->string);
-      char *path = kf_xasprintf("params.%s", p->string);
-      if (!isupper((unsigned char)p->string[0]) || strcmp(p->string, "W") == 0) {
-        kf_error(found, path, "parameter names are upper-case identifiers other than W");
-        errors++;
-      }
-      errors += parse_param_spec(found, path, p, &t->params[i]);
-      free(path);
-    }
-  }
-  const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
-  if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) == 0) {
-    kf_error(found, "args", "must be a non-empty array");
-    errors++;
-  } else {
-    t->nargs = (size_t)cJSON_GetArraySize(args);
-    t->args = kf_xcalloc(t->nargs, sizeof *t->args);
-    size_t i = 0;
-    for (const cJSON *a = args->child; a; a = a->next, i++) {
-      char *path = kf_xasprintf("args[%zu]", i);
-      const cJSON *an = cJSON_GetObjectItemCaseSensitive(a, "name");
-      const cJSON *at = cJSON_GetObjectItemCaseSensitive(a, "type");
-      if (!cJSON_IsString(an) || !cJSON_IsString(at)) {
-        kf_error(found, path, "must be {\"name\": …, \"type\": …}");
-        errors++;
-        t->args[i].name = kf_xstrdup("?");
-        t->args[i].type = kf_xstrdup("int");
-        free(path);
-        continue;
-      }
-      t->args[i].name = kf_xstrdup(an->valuestring);
-      t->args[i].type = kf_xstrdup(at->valuestring);
-      for (int k = 0; arg_types[k].type; k++)
-        if (strcmp(arg_types[k].type, at->valuestring) == 0)
-          t->args[i].size = arg_types[k].size;
-      if (!t->args[i].size) {
-        kf_buf list = {0};
-        for (int k = 0; arg_types[k].type; k++)
-          kf_buf_printf(&list, "%s\"%s\"", k ? ", " : "", arg_types[k].type);
-        kf_error(found, path, "unknown argument type \"%s\"; allowed: %s", at->valuestring,
-                 list.data);
-        kf_buf_free(&list);
-        errors++;
-      }
-      free(path);
-    }
-    const kf_arg_spec *last = &t->args[t->nargs - 1];
-    if (strcmp(last->name, "rows") != 0 || strcmp(last->type, "int") != 0) {
-      kf_error(found, "args", "the last argument must be {\"name\": \"rows\", \"type\": \"int\"}");
-      errors++;
-    }
-  }
-  const cJSON *launch = cJSON_GetObjectItemCaseSensitive(root, "launch");
-  static const char *const launch_members[] = {"grid",         "block",   "shared_bytes",
-                                               "programmatic", "cluster", "max_blocks_per_sm",
-                                               "one_wave",     NULL};
-  if (!cJSON_IsObject(launch)) {
-    kf_error(found, "launch", "must be an object with grid, block and shared_bytes");
-    errors++;
-  } else {
-    errors += kf_json_check_members(found, "launch", launch, launch_members);
-    const char *names[3] = {"grid", "block", "cluster"};
-    char **dst[3] = {t->grid, t->block, t->cluster};
-    for (int d = 0; d < 3; d++) {
-      const cJSON *arr = cJSON_GetObjectItemCaseSensitive(launch, names[d]);
-      if (d == 2 && !arr)
-        continue; /* optional: no clusters */
-      if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 3) {
-        char *p = kf_xasprintf("launch.%s", names[d]);
-        kf_error(found, p, "must be an array of 3 dimensions");
-        free(p);
-        errors++;
-        for (int k = 0; k < 3; k++)
-          dst[d][k] = kf_xstrdup("1");
-        continue;
-      }
-      int k = 0;
-      for (const cJSON *e = arr->child; e; e = e->next, k++) {
-        char *p = kf_xasprintf("launch.%s[%d]", names[d], k);
-        dst[d][k] = launch_expr(found, p, e, &errors);
-        free(p);
-      }
-    }
-    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(launch, "shared_bytes");
-    t->shared_bytes = sh ? launch_expr(found, "launch.shared_bytes", sh, &errors) : kf_xstrdup("0");
-    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(launch, "max_blocks_per_sm");
-    t->max_blocks_per_sm =
-        mb ? launch_expr(found, "launch.max_blocks_per_sm", mb, &errors) : kf_xstrdup("0");
-    const cJSON *pg = cJSON_GetObjectItemCaseSensitive(launch, "programmatic");
-    if (pg && !cJSON_IsBool(pg)) {
-      kf_error(found, "launch.programmatic", "must be true or false");
-      errors++;
-    }
-    t->programmatic = cJSON_IsTrue(pg);
-    const cJSON *ow = cJSON_GetObjectItemCaseSensitive(launch, "one_wave");
-    if (ow && !cJSON_IsBool(ow)) {
-      kf_error(found, "launch.one_wave", "must be true or false");
-      errors++;
-    }
-    t->one_wave = cJSON_IsTrue(ow);
-  }
-done:
-  cJSON_Delete(root);
-  for (int k = 0; k < 3; k++) {
-    if (!t->grid[k])
-      t->grid[k] = kf_xstrdup("1");
-    if (!t->block[k])
-      t->block[k] = kf_xstrdup("1");
-    if (!t->cluster[k])
-      t->cluster[k] = kf_xstrdup("1");
-  }
-  if (!t->shared_bytes)
-    t->shared_bytes = kf_xstrdup("0");
-  if (!t->max_blocks_per_sm)
-    t->max_blocks_per_sm = kf_xstrdup("0");
-  if (errors) {
-    L->errors += errors;
-    template_free(t);
-    return NULL;
-  }
   L->templates = kf_xrealloc(L->templates, (L->ntemplates + 1) * sizeof *L->templates);
   L->templates[L->ntemplates++] = t;
   return t;
@@ -403,47 +126,6 @@ static int shape_lookup(void *ctx, const char *name, kf_value *out) {
     }
   }
   return -1;
-}
-
-typedef struct {
-  const kf_kernel_desc *k;
-  int width;
-  int mma;
-} launch_ctx;
-
-static int launch_lookup(void *ctx, const char *name, kf_value *out) {
-  const launch_ctx *lc = ctx;
-  if (strcmp(name, "W") == 0) {
-    out->is_float = 0;
-    out->i = lc->width;
-    return 0;
-  }
-  if (strcmp(name, "MMA") == 0) {
-    out->is_float = 0;
-    out->i = lc->mma;
-    return 0;
-  }
-  for (size_t i = 0; i < lc->k->tmpl->nparams; i++) {
-    if (strcmp(lc->k->tmpl->params[i].name, name) == 0) {
-      *out = lc->k->values[i];
-      return 0;
-    }
-  }
-  return -1;
-}
-
-int kf_template_eval(const kf_kernel_desc *k, int width, int mma, const char *expr, int64_t *out,
-                     char *err, size_t errlen) {
-  launch_ctx lc = {k, width, mma};
-  kf_value v;
-  if (kf_expr_eval(expr, launch_lookup, &lc, &v, err, errlen) != 0)
-    return -1;
-  if (v.is_float) {
-    snprintf(err, errlen, "\"%s\" is not an integer", expr);
-    return -1;
-  }
-  *out = v.i;
-  return 0;
 }
 
 /* ---- kernels ---- */
@@ -537,7 +219,7 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
     return -1;
   }
   p = kf_xasprintf("%s.template", path);
-  k->tmpl = load_template(L, m, tmpl->valuestring, file, p);
+  k->tmpl = find_template(L, m, tmpl->valuestring, file, p);
   free(p);
   if (!k->tmpl)
     return -1;
@@ -1110,7 +792,7 @@ void kf_model_free(kf_model *m) {
   for (size_t i = 0; i < m->nkernels; i++)
     kernel_free(&m->kernels[i]);
   for (size_t i = 0; i < m->ntemplates; i++)
-    template_free(m->templates[i]);
+    kf_template_free(m->templates[i]);
   free(m->templates);
   free(m->kernels);
   free(m->path);
