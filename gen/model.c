@@ -43,95 +43,9 @@ typedef struct {
   size_t ntemplates;
 } loader;
 
-static void template_free(kf_template *t) {
-  if (!t)
-    return;
-  free(t->name);
-  free(t->dir);
-  free(t->path);
-  free(t->header);
-  free(t->entry);
-  for (size_t i = 0; i < t->nparams; i++) {
-    free(t->params[i].name);
-    free(t->params[i].one_of);
-  }
-  free(t->params);
-  for (size_t i = 0; i < t->nargs; i++) {
-    free(t->args[i].name);
-    free(t->args[i].type);
-  }
-  free(t->args);
-  for (int i = 0; i < 3; i++) {
-    free(t->grid[i]);
-    free(t->block[i]);
-    free(t->cluster[i]);
-  }
-  free(t->shared_bytes);
-  free(t->max_blocks_per_sm);
-  free(t);
-}
-
-static const struct {
-  const char *type;
-  int size;
-} arg_types[] = {{"const kf_bf16*", 8}, {"kf_bf16*", 8}, {"const float*", 8}, {"float*", 8},
-                 {"const int*", 8},     {"int*", 8},     {"int", 4},          {"float", 4},
-                 {"long long", 8},      {NULL, 0}};
-
-/* A launch dimension is a number or an expression string. */
-static char *launch_expr(const char *file, const char *path, const cJSON *v, int *errors) {
-  if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble))
-    return kf_xasprintf("%lld", (long long)v->valuedouble);
-  if (cJSON_IsString(v) && *v->valuestring)
-    return kf_xstrdup(v->valuestring);
-  kf_error(file, path, "must be an integer or an expression string, got %s", kf_json_type_name(v));
-  (*errors)++;
-  return kf_xstrdup("0");
-}
-
-static int parse_param_spec(const char *file, const char *path, const cJSON *spec,
-                            kf_param_spec *ps) {
-  static const char *const members[] = {"type",   "min",         "max", "multiple_of",
-                                        "one_of", "description", NULL};
-  int errors = 0;
-  if (!cJSON_IsObject(spec)) {
-    kf_error(file, path, "must be an object, got %s", kf_json_type_name(spec));
-    return 1;
-  }
-  errors += kf_json_check_members(file, path, spec, members);
-  const cJSON *type = cJSON_GetObjectItemCaseSensitive(spec, "type");
-  if (!cJSON_IsString(type) ||
-      (strcmp(type->valuestring, "int") != 0 && strcmp(type->valuestring, "float") != 0)) {
-    char *p = kf_xasprintf("%s.type", path);
-    kf_error(file, p, "must be \"int\" or \"float\"");
-    free(p);
-    errors++;
-  } else {
-    ps->is_float = strcmp(type->valuestring, "float") == 0;
-  }
-  const cJSON *v;
-  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "min"))) {
-    ps->has_min = cJSON_IsNumber(v);
-    ps->min = v->valuedouble;
-  }
-  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "max"))) {
-    ps->has_max = cJSON_IsNumber(v);
-    ps->max = v->valuedouble;
-  }
-  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "multiple_of")))
-    ps->multiple_of = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
-  if ((v = cJSON_GetObjectItemCaseSensitive(spec, "one_of")) && cJSON_IsArray(v)) {
-    ps->n_one_of = (size_t)cJSON_GetArraySize(v);
-    ps->one_of = kf_xcalloc(ps->n_one_of, sizeof(int64_t));
-    size_t i = 0;
-    for (const cJSON *e = v->child; e; e = e->next)
-      ps->one_of[i++] = (int64_t)e->valuedouble;
-  }
-  return errors;
-}
-
-/* Loads templates/<name>.json (first hit on the search path). */
-static kf_template *load_template(loader *L, const kf_model *m, const char *name,
+/* The schema of template `name`: loaded once per description from the
+ * description's template_dirs, then --template-dir, then the built-in dir. */
+static kf_template *find_template(loader *L, const kf_model *m, const char *name,
                                   const char *where_file, const char *where_path) {
   for (size_t i = 0; i < L->ntemplates; i++)
     if (strcmp(L->templates[i]->name, name) == 0)
@@ -142,201 +56,10 @@ static kf_template *load_template(loader *L, const kf_model *m, const char *name
   for (size_t i = 0; i < L->opt->extra_template_dirs.n; i++)
     kf_strv_push_owned(&dirs, kf_path_absolute(L->opt->extra_template_dirs.v[i]));
   kf_strv_push_owned(&dirs, kf_path_absolute(L->opt->templates_dir));
-  char *found = NULL, *found_dir = NULL;
-  kf_buf searched = {0};
-  for (size_t i = 0; i < dirs.n && !found; i++) {
-    char *p = kf_xasprintf("%s/%s.json", dirs.v[i], name);
-    if (kf_path_exists(p)) {
-      found = p;
-      found_dir = kf_xstrdup(dirs.v[i]);
-    } else {
-      free(p);
-      kf_buf_printf(&searched, "%s%s", i ? ", " : "", dirs.v[i]);
-    }
-  }
+  kf_template *t = kf_template_load(&dirs, name, where_file, where_path, &L->errors);
   kf_strv_free(&dirs);
-  if (!found) {
-    kf_error(where_file, where_path, "template \"%s\" not found (searched %s)", name,
-             searched.data ? searched.data : "nothing");
-    kf_buf_free(&searched);
-    L->errors++;
+  if (!t)
     return NULL;
-  }
-  kf_buf_free(&searched);
-  cJSON *root = kf_json_load(found, found);
-  if (!root) {
-    L->errors++;
-    free(found);
-    free(found_dir);
-    return NULL;
-  }
-  kf_template *t = kf_xcalloc(1, sizeof *t);
-  t->name = kf_xstrdup(name);
-  t->dir = found_dir;
-  t->path = found;
-  int errors = 0;
-  static const char *const members[] = {"template", "header", "entry",       "params",
-                                        "args",     "launch", "description", NULL};
-  if (!cJSON_IsObject(root)) {
-    kf_error(found, "", "a template schema must be a JSON object");
-    errors++;
-    goto done;
-  }
-  errors += kf_json_check_members(found, "", root, members);
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "template");
-  if (!cJSON_IsString(v) || strcmp(v->valuestring, name) != 0) {
-    kf_error(found, "template", "must be \"%s\" (the file's name)", name);
-    errors++;
-  }
-  v = cJSON_GetObjectItemCaseSensitive(root, "header");
-  if (!cJSON_IsString(v) || !*v->valuestring || strchr(v->valuestring, '"')) {
-    kf_error(found, "header", "must be the header's file name");
-    errors++;
-  } else {
-    t->header = kf_xstrdup(v->valuestring);
-    char *hp = kf_path_join(t->dir, t->header);
-    if (!kf_path_exists(hp)) {
-      kf_error(found, "header", "\"%s\" does not exist beside the schema", t->header);
-      errors++;
-    }
-    free(hp);
-  }
-  v = cJSON_GetObjectItemCaseSensitive(root, "entry");
-  if (!cJSON_IsString(v) || !*v->valuestring) {
-    kf_error(found, "entry", "must name the device function template to call");
-    errors++;
-  } else {
-    t->entry = kf_xstrdup(v->valuestring);
-  }
-  const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
-  if (params && !cJSON_IsObject(params)) {
-    kf_error(found, "params", "must be an object");
-    errors++;
-  } else if (params) {
-    t->nparams = (size_t)cJSON_GetArraySize(params);
-    t->params = kf_xcalloc(t->nparams, sizeof *t->params);
-    size_t i = 0;
-    for (const cJSON *p = params->child; p; p = p->next, i++) {
-      t->params[i].name = kf_xstrdup(p->string);
-      char *path = kf_xasprintf("params.%s", p->string);
-      if (!isupper((unsigned char)p->string[0]) || strcmp(p->string, "W") == 0) {
-        kf_error(found, path, "parameter names are upper-case identifiers other than W");
-        errors++;
-      }
-      errors += parse_param_spec(found, path, p, &t->params[i]);
-      free(path);
-    }
-  }
-  const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
-  if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) == 0) {
-    kf_error(found, "args", "must be a non-empty array");
-    errors++;
-  } else {
-    t->nargs = (size_t)cJSON_GetArraySize(args);
-    t->args = kf_xcalloc(t->nargs, sizeof *t->args);
-    size_t i = 0;
-    for (const cJSON *a = args->child; a; a = a->next, i++) {
-      char *path = kf_xasprintf("args[%zu]", i);
-      const cJSON *an = cJSON_GetObjectItemCaseSensitive(a, "name");
-      const cJSON *at = cJSON_GetObjectItemCaseSensitive(a, "type");
-      if (!cJSON_IsString(an) || !cJSON_IsString(at)) {
-        kf_error(found, path, "must be {\"name\": …, \"type\": …}");
-        errors++;
-        t->args[i].name = kf_xstrdup("?");
-        t->args[i].type = kf_xstrdup("int");
-        free(path);
-        continue;
-      }
-      t->args[i].name = kf_xstrdup(an->valuestring);
-      t->args[i].type = kf_xstrdup(at->valuestring);
-      for (int k = 0; arg_types[k].type; k++)
-        if (strcmp(arg_types[k].type, at->valuestring) == 0)
-          t->args[i].size = arg_types[k].size;
-      if (!t->args[i].size) {
-        kf_buf list = {0};
-        for (int k = 0; arg_types[k].type; k++)
-          kf_buf_printf(&list, "%s\"%s\"", k ? ", " : "", arg_types[k].type);
-        kf_error(found, path, "unknown argument type \"%s\"; allowed: %s", at->valuestring,
-                 list.data);
-        kf_buf_free(&list);
-        errors++;
-      }
-      free(path);
-    }
-    const kf_arg_spec *last = &t->args[t->nargs - 1];
-    if (strcmp(last->name, "rows") != 0 || strcmp(last->type, "int") != 0) {
-      kf_error(found, "args", "the last argument must be {\"name\": \"rows\", \"type\": \"int\"}");
-      errors++;
-    }
-  }
-  const cJSON *launch = cJSON_GetObjectItemCaseSensitive(root, "launch");
-  static const char *const launch_members[] = {"grid",         "block",   "shared_bytes",
-                                               "programmatic", "cluster", "max_blocks_per_sm",
-                                               "one_wave",     NULL};
-  if (!cJSON_IsObject(launch)) {
-    kf_error(found, "launch", "must be an object with grid, block and shared_bytes");
-    errors++;
-  } else {
-    errors += kf_json_check_members(found, "launch", launch, launch_members);
-    const char *names[3] = {"grid", "block", "cluster"};
-    char **dst[3] = {t->grid, t->block, t->cluster};
-    for (int d = 0; d < 3; d++) {
-      const cJSON *arr = cJSON_GetObjectItemCaseSensitive(launch, names[d]);
-      if (d == 2 && !arr)
-        continue; /* optional: no clusters */
-      if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 3) {
-        char *p = kf_xasprintf("launch.%s", names[d]);
-        kf_error(found, p, "must be an array of 3 dimensions");
-        free(p);
-        errors++;
-        for (int k = 0; k < 3; k++)
-          dst[d][k] = kf_xstrdup("1");
-        continue;
-      }
-      int k = 0;
-      for (const cJSON *e = arr->child; e; e = e->next, k++) {
-        char *p = kf_xasprintf("launch.%s[%d]", names[d], k);
-        dst[d][k] = launch_expr(found, p, e, &errors);
-        free(p);
-      }
-    }
-    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(launch, "shared_bytes");
-    t->shared_bytes = sh ? launch_expr(found, "launch.shared_bytes", sh, &errors) : kf_xstrdup("0");
-    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(launch, "max_blocks_per_sm");
-    t->max_blocks_per_sm =
-        mb ? launch_expr(found, "launch.max_blocks_per_sm", mb, &errors) : kf_xstrdup("0");
-    const cJSON *pg = cJSON_GetObjectItemCaseSensitive(launch, "programmatic");
-    if (pg && !cJSON_IsBool(pg)) {
-      kf_error(found, "launch.programmatic", "must be true or false");
-      errors++;
-    }
-    t->programmatic = cJSON_IsTrue(pg);
-    const cJSON *ow = cJSON_GetObjectItemCaseSensitive(launch, "one_wave");
-    if (ow && !cJSON_IsBool(ow)) {
-      kf_error(found, "launch.one_wave", "must be true or false");
-      errors++;
-    }
-    t->one_wave = cJSON_IsTrue(ow);
-  }
-done:
-  cJSON_Delete(root);
-  for (int k = 0; k < 3; k++) {
-    if (!t->grid[k])
-      t->grid[k] = kf_xstrdup("1");
-    if (!t->block[k])
-      t->block[k] = kf_xstrdup("1");
-    if (!t->cluster[k])
-      t->cluster[k] = kf_xstrdup("1");
-  }
-  if (!t->shared_bytes)
-    t->shared_bytes = kf_xstrdup("0");
-  if (!t->max_blocks_per_sm)
-    t->max_blocks_per_sm = kf_xstrdup("0");
-  if (errors) {
-    L->errors += errors;
-    template_free(t);
-    return NULL;
-  }
   L->templates = kf_xrealloc(L->templates, (L->ntemplates + 1) * sizeof *L->templates);
   L->templates[L->ntemplates++] = t;
   return t;
@@ -353,47 +76,6 @@ static int shape_lookup(void *ctx, const char *name, kf_value *out) {
     }
   }
   return -1;
-}
-
-typedef struct {
-  const kf_kernel_desc *k;
-  int width;
-  int mma;
-} launch_ctx;
-
-static int launch_lookup(void *ctx, const char *name, kf_value *out) {
-  const launch_ctx *lc = ctx;
-  if (strcmp(name, "W") == 0) {
-    out->is_float = 0;
-    out->i = lc->width;
-    return 0;
-  }
-  if (strcmp(name, "MMA") == 0) {
-    out->is_float = 0;
-    out->i = lc->mma;
-    return 0;
-  }
-  for (size_t i = 0; i < lc->k->tmpl->nparams; i++) {
-    if (strcmp(lc->k->tmpl->params[i].name, name) == 0) {
-      *out = lc->k->values[i];
-      return 0;
-    }
-  }
-  return -1;
-}
-
-int kf_template_eval(const kf_kernel_desc *k, int width, int mma, const char *expr, int64_t *out,
-                     char *err, size_t errlen) {
-  launch_ctx lc = {k, width, mma};
-  kf_value v;
-  if (kf_expr_eval(expr, launch_lookup, &lc, &v, err, errlen) != 0)
-    return -1;
-  if (v.is_float) {
-    snprintf(err, errlen, "\"%s\" is not an integer", expr);
-    return -1;
-  }
-  *out = v.i;
-  return 0;
 }
 
 /* ---- kernels ---- */
@@ -453,6 +135,97 @@ static void check_value(loader *L, const char *file, const char *path, const kf_
   }
 }
 
+/* Reports every member of a kernel's params that its template does not
+ * take. */
+static void check_unknown_params(loader *L, const char *file, const char *path,
+                                 const kf_kernel_desc *k, const cJSON *params) {
+  for (const cJSON *e = params ? params->child : NULL; e; e = e->next) {
+    int known = 0;
+    for (size_t i = 0; i < k->tmpl->nparams; i++)
+      if (strcmp(k->tmpl->params[i].name, e->string) == 0)
+        known = 1;
+    if (known)
+      continue;
+    char *p = kf_xasprintf("%s.params.%s", path, e->string);
+    kf_buf list = {0};
+    for (size_t i = 0; i < k->tmpl->nparams; i++)
+      kf_buf_printf(&list, "%s%s", i ? ", " : "", k->tmpl->params[i].name);
+    kf_error(file, p, "unknown parameter \"%s\" of template %s; it takes: %s", e->string,
+             k->tmpl->name, list.data ? list.data : "none");
+    kf_buf_free(&list);
+    free(p);
+    L->errors++;
+  }
+}
+
+/* One parameter's value: a number, or an expression over the shape fields,
+ * checked against its spec. *out is left alone when there is none. */
+static void parse_param_value(loader *L, kf_model *m, const char *file, const char *path,
+                              const kf_param_spec *ps, const cJSON *v, kf_value *out) {
+  if (cJSON_IsNumber(v)) {
+    kf_value val = {0, 0, 0};
+    if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9e15 && !ps->is_float)
+      val.i = (int64_t)v->valuedouble;
+    else {
+      val.is_float = 1;
+      val.f = v->valuedouble;
+    }
+    check_value(L, file, path, ps, val, NULL);
+    *out = val;
+  } else if (cJSON_IsString(v)) {
+    kf_value val;
+    char err[256];
+    if (kf_expr_eval(v->valuestring, shape_lookup, m, &val, err, sizeof err) != 0) {
+      kf_error(file, path, "%s", err);
+      L->errors++;
+    } else {
+      check_value(L, file, path, ps, val, v->valuestring);
+      if (!ps->is_float && val.is_float)
+        val = (kf_value){0, (int64_t)val.f, 0};
+      *out = val;
+    }
+  } else {
+    kf_error(file, path, "must be a number or an expression string, got %s", kf_json_type_name(v));
+    L->errors++;
+  }
+}
+
+/* Every parameter of the kernel's template, in schema order, into
+ * k->values; a float parameter always holds a float. */
+static void parse_kernel_params(loader *L, kf_model *m, const char *file, const char *path,
+                                kf_kernel_desc *k, const cJSON *params) {
+  k->values = kf_xcalloc(k->tmpl->nparams ? k->tmpl->nparams : 1, sizeof(kf_value));
+  check_unknown_params(L, file, path, k, params);
+  for (size_t i = 0; i < k->tmpl->nparams; i++) {
+    const kf_param_spec *ps = &k->tmpl->params[i];
+    const cJSON *v = params ? cJSON_GetObjectItemCaseSensitive(params, ps->name) : NULL;
+    char *p = kf_xasprintf("%s.params.%s", path, ps->name);
+    if (!v) {
+      kf_error(file, p, "missing parameter %s of template %s", ps->name, k->tmpl->name);
+      L->errors++;
+    } else {
+      parse_param_value(L, m, file, p, ps, v, &k->values[i]);
+    }
+    if (ps->is_float && !k->values[i].is_float)
+      k->values[i] = (kf_value){1, 0, (double)k->values[i].i};
+    free(p);
+  }
+}
+
+/* A name member of a kernel entry (kind, template): returns its string, or
+ * NULL after reporting what is wrong with it. */
+static const char *kernel_name_member(loader *L, const char *file, const char *path,
+                                      const cJSON *obj, const char *member, const char *want) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, member);
+  if (cJSON_IsString(v) && valid_name(v->valuestring, 0))
+    return v->valuestring;
+  char *p = kf_xasprintf("%s.%s", path, member);
+  kf_error(file, p, "%s, got %s", want, cJSON_IsString(v) ? v->valuestring : kf_json_type_name(v));
+  free(p);
+  L->errors++;
+  return NULL;
+}
+
 /* Parses one kernel entry (from the description or its family) into k. */
 static int parse_kernel(loader *L, kf_model *m, const char *file, const char *path,
                         const cJSON *obj, kf_kernel_desc *k) {
@@ -464,33 +237,22 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
     return -1;
   }
   L->errors += kf_json_check_members(file, path, obj, members);
-  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
-  const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(obj, "template");
-  const cJSON *params = cJSON_GetObjectItemCaseSensitive(obj, "params");
-  char *p;
-  if (!cJSON_IsString(kind) || !valid_name(kind->valuestring, 0)) {
-    p = kf_xasprintf("%s.kind", path);
-    kf_error(file, p, "must be a name of lower-case letters, digits, '_' and '-', got %s",
-             cJSON_IsString(kind) ? kind->valuestring : kf_json_type_name(kind));
-    free(p);
-    L->errors++;
+  const char *kind = kernel_name_member(
+      L, file, path, obj, "kind", "must be a name of lower-case letters, digits, '_' and '-'");
+  if (!kind)
     return -1;
-  }
-  k->kind = kf_xstrdup(kind->valuestring);
+  k->kind = kf_xstrdup(kind);
   k->source_file = kf_xstrdup(file);
-  if (!cJSON_IsString(tmpl) || !valid_name(tmpl->valuestring, 0)) {
-    p = kf_xasprintf("%s.template", path);
-    kf_error(file, p, "must name a template in templates/, got %s",
-             cJSON_IsString(tmpl) ? tmpl->valuestring : kf_json_type_name(tmpl));
-    free(p);
-    L->errors++;
+  const char *tmpl =
+      kernel_name_member(L, file, path, obj, "template", "must name a template in templates/");
+  if (!tmpl)
     return -1;
-  }
-  p = kf_xasprintf("%s.template", path);
-  k->tmpl = load_template(L, m, tmpl->valuestring, file, p);
+  char *p = kf_xasprintf("%s.template", path);
+  k->tmpl = find_template(L, m, tmpl, file, p);
   free(p);
   if (!k->tmpl)
     return -1;
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(obj, "params");
   if (params && !cJSON_IsObject(params)) {
     p = kf_xasprintf("%s.params", path);
     kf_error(file, p, "must be an object, got %s", kf_json_type_name(params));
@@ -498,62 +260,7 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
     L->errors++;
     return -1;
   }
-  k->values = kf_xcalloc(k->tmpl->nparams ? k->tmpl->nparams : 1, sizeof(kf_value));
-  /* unknown parameters */
-  for (const cJSON *e = params ? params->child : NULL; e; e = e->next) {
-    int known = 0;
-    for (size_t i = 0; i < k->tmpl->nparams; i++)
-      if (strcmp(k->tmpl->params[i].name, e->string) == 0)
-        known = 1;
-    if (!known) {
-      p = kf_xasprintf("%s.params.%s", path, e->string);
-      kf_buf list = {0};
-      for (size_t i = 0; i < k->tmpl->nparams; i++)
-        kf_buf_printf(&list, "%s%s", i ? ", " : "", k->tmpl->params[i].name);
-      kf_error(file, p, "unknown parameter \"%s\" of template %s; it takes: %s", e->string,
-               k->tmpl->name, list.data ? list.data : "none");
-      kf_buf_free(&list);
-      free(p);
-      L->errors++;
-    }
-  }
-  for (size_t i = 0; i < k->tmpl->nparams; i++) {
-    const kf_param_spec *ps = &k->tmpl->params[i];
-    const cJSON *v = params ? cJSON_GetObjectItemCaseSensitive(params, ps->name) : NULL;
-    p = kf_xasprintf("%s.params.%s", path, ps->name);
-    if (!v) {
-      kf_error(file, p, "missing parameter %s of template %s", ps->name, k->tmpl->name);
-      L->errors++;
-    } else if (cJSON_IsNumber(v)) {
-      kf_value val = {0, 0, 0};
-      if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9e15 && !ps->is_float)
-        val.i = (int64_t)v->valuedouble;
-      else {
-        val.is_float = 1;
-        val.f = v->valuedouble;
-      }
-      check_value(L, file, p, ps, val, NULL);
-      k->values[i] = val;
-    } else if (cJSON_IsString(v)) {
-      kf_value val;
-      char err[256];
-      if (kf_expr_eval(v->valuestring, shape_lookup, m, &val, err, sizeof err) != 0) {
-        kf_error(file, p, "%s", err);
-        L->errors++;
-      } else {
-        check_value(L, file, p, ps, val, v->valuestring);
-        if (!ps->is_float && val.is_float)
-          val = (kf_value){0, (int64_t)val.f, 0};
-        k->values[i] = val;
-      }
-    } else {
-      kf_error(file, p, "must be a number or an expression string, got %s", kf_json_type_name(v));
-      L->errors++;
-    }
-    if (ps->is_float && !k->values[i].is_float)
-      k->values[i] = (kf_value){1, 0, (double)k->values[i].i};
-    free(p);
-  }
+  parse_kernel_params(L, m, file, path, k, params);
   return L->errors == before ? 0 : -1;
 }
 
@@ -684,63 +391,67 @@ static const char *type_phrase(const char *type) {
   return type;
 }
 
-static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family *f) {
-  if (!cJSON_IsObject(shape)) {
-    kf_error(L->display, "shape", "must be an object of shape fields, got %s",
-             kf_json_type_name(shape));
-    L->errors++;
-    return;
-  }
-  for (const cJSON *e = shape->child; e; e = e->next) {
-    char *p = kf_xasprintf("shape.%s", e->string);
-    for (const cJSON *o = shape->child; o != e; o = o->next)
-      if (!strcmp(o->string, e->string)) {
-        kf_error(L->display, p, "duplicate member \"%s\"", e->string);
-        L->errors++;
+/* A shape field the family does not declare, with the closest declared name
+ * when one is near. */
+static void report_unknown_field(loader *L, const kf_model *m, const family *f, const char *path,
+                                 const char *name) {
+  const char *best = NULL;
+  size_t best_d = (size_t)-1;
+  const cJSON *lists[2] = {f->fields, f->optional};
+  for (int li = 0; li < 2; li++)
+    for (const cJSON *c = lists[li] ? lists[li]->child : NULL; c; c = c->next) {
+      size_t d = kf_edit_distance(c->string, name);
+      if (d < best_d) {
+        best_d = d;
+        best = c->string;
       }
-    if (!valid_name(e->string, 0) || strchr(e->string, '-')) {
-      kf_error(L->display, p, "field names are lower-case identifiers");
+    }
+  if (best && best_d <= 3)
+    kf_error(L->display, path, "unknown field \"%s\" for family %s (did you mean \"%s\"?)", name,
+             m->family, best);
+  else
+    kf_error(L->display, path, "unknown field \"%s\" for family %s", name, m->family);
+  L->errors++;
+}
+
+/* One member e of "shape": typed by the family when there is one, else any
+ * number, string or boolean. */
+static void parse_shape_field(loader *L, kf_model *m, const cJSON *shape, const cJSON *e,
+                              const family *f) {
+  char *p = kf_xasprintf("shape.%s", e->string);
+  for (const cJSON *o = shape->child; o != e; o = o->next)
+    if (!strcmp(o->string, e->string)) {
+      kf_error(L->display, p, "duplicate member \"%s\"", e->string);
       L->errors++;
-    } else if (f && f->root) {
-      const cJSON *def;
-      int optional;
-      const char *type = family_field_type(f, e->string, &def, &optional);
-      if (!type) {
-        /* suggest the closest known field */
-        const char *best = NULL;
-        size_t best_d = (size_t)-1;
-        const cJSON *lists[2] = {f->fields, f->optional};
-        for (int li = 0; li < 2; li++)
-          for (const cJSON *c = lists[li] ? lists[li]->child : NULL; c; c = c->next) {
-            size_t d = kf_edit_distance(c->string, e->string);
-            if (d < best_d) {
-              best_d = d;
-              best = c->string;
-            }
-          }
-        if (best && best_d <= 3)
-          kf_error(L->display, p, "unknown field \"%s\" for family %s (did you mean \"%s\"?)",
-                   e->string, m->family, best);
-        else
-          kf_error(L->display, p, "unknown field \"%s\" for family %s", e->string, m->family);
-        L->errors++;
-      } else if (!type_matches(type, e)) {
-        kf_error(L->display, p, "must be %s, got %s", type_phrase(type), kf_json_type_name(e));
-        L->errors++;
-      } else {
-        add_shape(m, e->string, e);
-      }
-    } else if (!cJSON_IsNumber(e) && !cJSON_IsString(e) && !cJSON_IsBool(e)) {
-      kf_error(L->display, p, "must be a number, a string or a boolean, got %s",
-               kf_json_type_name(e));
+    }
+  if (!valid_name(e->string, 0) || strchr(e->string, '-')) {
+    kf_error(L->display, p, "field names are lower-case identifiers");
+    L->errors++;
+  } else if (f && f->root) {
+    const cJSON *def;
+    int optional;
+    const char *type = family_field_type(f, e->string, &def, &optional);
+    if (!type) {
+      report_unknown_field(L, m, f, p, e->string);
+    } else if (!type_matches(type, e)) {
+      kf_error(L->display, p, "must be %s, got %s", type_phrase(type), kf_json_type_name(e));
       L->errors++;
     } else {
       add_shape(m, e->string, e);
     }
-    free(p);
+  } else if (!cJSON_IsNumber(e) && !cJSON_IsString(e) && !cJSON_IsBool(e)) {
+    kf_error(L->display, p, "must be a number, a string or a boolean, got %s",
+             kf_json_type_name(e));
+    L->errors++;
+  } else {
+    add_shape(m, e->string, e);
   }
-  if (!f || !f->root)
-    return;
+  free(p);
+}
+
+/* The family's required fields the shape leaves out are errors; its
+ * optional ones take their defaults. */
+static void apply_family_fields(loader *L, kf_model *m, const cJSON *shape, const family *f) {
   for (const cJSON *c = f->fields ? f->fields->child : NULL; c; c = c->next)
     if (!cJSON_GetObjectItemCaseSensitive(shape, c->string)) {
       char *p = kf_xasprintf("shape.%s", c->string);
@@ -758,6 +469,19 @@ static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family
     if (def)
       add_shape(m, c->string, def);
   }
+}
+
+static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family *f) {
+  if (!cJSON_IsObject(shape)) {
+    kf_error(L->display, "shape", "must be an object of shape fields, got %s",
+             kf_json_type_name(shape));
+    L->errors++;
+    return;
+  }
+  for (const cJSON *e = shape->child; e; e = e->next)
+    parse_shape_field(L, m, shape, e, f);
+  if (f && f->root)
+    apply_family_fields(L, m, shape, f);
 }
 
 static void parse_widths(loader *L, kf_model *m, const cJSON *w) {
@@ -886,8 +610,188 @@ static void parse_dirs(loader *L, kf_model *m, const cJSON *a, const char *field
   }
 }
 
+/* ---- the description ---- */
+
+static kf_model *new_model(const char *path) {
+  kf_model *m = kf_xcalloc(1, sizeof *m);
+  m->path = kf_xstrdup(path);
+  char *abs = kf_path_absolute(path);
+  m->dir = kf_path_dirname(abs);
+  free(abs);
+  return m;
+}
+
+static void parse_name(loader *L, kf_model *m, const cJSON *name) {
+  if (!cJSON_IsString(name)) {
+    kf_error(L->display, "name", "missing the model's name (a string such as \"qwen3-0.6b\")");
+    L->errors++;
+  } else if (!valid_name(name->valuestring, 1)) {
+    kf_error(L->display, "name",
+             "\"%s\" is not a valid model name: use lower-case letters, digits, '.', '_' and "
+             "'-' (no '/' or '..'), at most 64 characters",
+             name->valuestring);
+    L->errors++;
+  } else {
+    m->name = kf_xstrdup(name->valuestring);
+  }
+}
+
+/* The "family" member, when present: loads its preset into *fam. */
+static void parse_family(loader *L, kf_model *m, const cJSON *f, family *fam) {
+  if (!f)
+    return;
+  if (!cJSON_IsString(f) || !valid_name(f->valuestring, 0)) {
+    kf_error(L->display, "family", "must be a family name such as \"qwen3\", got %s",
+             cJSON_IsString(f) ? f->valuestring : kf_json_type_name(f));
+    L->errors++;
+    return;
+  }
+  m->family = kf_xstrdup(f->valuestring);
+  load_family(L, m, m->family, fam);
+}
+
+/* Every top-level member but the kernels, in the order the messages come:
+ * name, family, shape (typed by the family), widths, arches, template_dirs,
+ * include_dirs. */
+static void read_description(loader *L, kf_model *m, const cJSON *root, family *fam) {
+  static const char *const members[] = {"name",        "family",  "shape",        "widths",
+                                        "arches",      "kernels", "include_dirs", "template_dirs",
+                                        "description", NULL};
+  if (!cJSON_IsObject(root)) {
+    kf_error(L->display, "", "a description must be a JSON object, got %s",
+             kf_json_type_name(root));
+    L->errors++;
+    return;
+  }
+  L->errors += kf_json_check_members(L->display, "", root, members);
+  parse_name(L, m, cJSON_GetObjectItemCaseSensitive(root, "name"));
+  parse_family(L, m, cJSON_GetObjectItemCaseSensitive(root, "family"), fam);
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, "shape");
+  if (!shape) {
+    kf_error(L->display, "shape", "missing the model's shape fields");
+    L->errors++;
+  } else {
+    parse_shape(L, m, shape, fam); /* fam->root is NULL without a family */
+  }
+  parse_widths(L, m, cJSON_GetObjectItemCaseSensitive(root, "widths"));
+  parse_arches(L, m, cJSON_GetObjectItemCaseSensitive(root, "arches"));
+  parse_dirs(L, m, cJSON_GetObjectItemCaseSensitive(root, "template_dirs"), "template_dirs",
+             &m->template_dirs);
+  parse_dirs(L, m, cJSON_GetObjectItemCaseSensitive(root, "include_dirs"), "include_dirs",
+             &m->include_dirs);
+  for (size_t i = 0; i < L->opt->extra_include_dirs.n; i++)
+    kf_strv_push_owned(&m->include_dirs, kf_path_absolute(L->opt->extra_include_dirs.v[i]));
+}
+
+/* ---- the kernel list ---- */
+
+/* Adds k (taken) to the model, replacing a kernel of the same kind from an
+ * earlier file; the same kind twice in one file is an error. */
+static void add_kernel(loader *L, kf_model *m, const char *file, const char *path,
+                       kf_kernel_desc *k) {
+  size_t at = m->nkernels;
+  for (size_t j = 0; j < m->nkernels; j++)
+    if (!strcmp(m->kernels[j].kind, k->kind)) {
+      if (!strcmp(m->kernels[j].source_file, file)) {
+        kf_error(file, path, "kind \"%s\" is listed twice", k->kind);
+        L->errors++;
+      }
+      kernel_free(&m->kernels[j]);
+      at = j;
+    }
+  if (at == m->nkernels)
+    m->kernels = kf_xrealloc(m->kernels, ++m->nkernels * sizeof *m->kernels);
+  m->kernels[at] = *k;
+}
+
+/* The "kernels" array of one file (the description or its family). */
+static void parse_kernel_list(loader *L, kf_model *m, const char *file, const cJSON *ks) {
+  if (!ks)
+    return;
+  if (!cJSON_IsArray(ks)) {
+    kf_error(file, "kernels", "must be an array of kernels, got %s", kf_json_type_name(ks));
+    L->errors++;
+    return;
+  }
+  int i = 0;
+  for (const cJSON *e = ks->child; e; e = e->next, i++) {
+    char *p = kf_xasprintf("kernels[%d]", i);
+    kf_kernel_desc k = {0};
+    if (parse_kernel(L, m, file, p, e, &k) == 0)
+      add_kernel(L, m, file, p, &k);
+    else
+      kernel_free(&k);
+    free(p);
+  }
+}
+
 static int cmp_kernel(const void *a, const void *b) {
   return strcmp(((const kf_kernel_desc *)a)->kind, ((const kf_kernel_desc *)b)->kind);
+}
+
+/* The family's kernels first, then the description's (replacing by kind);
+ * the result sorted by kind. */
+static void parse_kernels(loader *L, kf_model *m, const cJSON *root, const family *fam) {
+  parse_kernel_list(L, m, fam->path,
+                    fam->root ? cJSON_GetObjectItemCaseSensitive(fam->root, "kernels") : NULL);
+  parse_kernel_list(L, m, L->display, cJSON_GetObjectItemCaseSensitive(root, "kernels"));
+  if (!L->errors && m->nkernels == 0) {
+    kf_error(L->display, "kernels",
+             "the description names no kernels (give \"kernels\" or a \"family\")");
+    L->errors++;
+  }
+  if (m->nkernels > 1)
+    qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
+}
+
+/* ---- launch checks ---- */
+
+/* Evaluates every launch expression of k for one width and mma; returns 1
+ * with the reason in err when one fails, is out of range, or the clusters do
+ * not tile the grid or hold more than the portable 8 blocks. */
+static int launch_problem(const kf_kernel_desc *k, int width, int mma, char *err, size_t errlen) {
+  const kf_template *t = k->tmpl;
+  const char *exprs[11] = {t->grid[0],    t->grid[1],      t->grid[2],          t->block[0],
+                           t->block[1],   t->block[2],     t->cluster[0],       t->cluster[1],
+                           t->cluster[2], t->shared_bytes, t->max_blocks_per_sm};
+  int64_t v[11] = {0};
+  for (int e = 0; e < 11; e++) {
+    if (kf_template_eval(k, width, mma, exprs[e], &v[e], err, errlen) != 0)
+      return 1;
+    if ((e < 9 && v[e] < 1) || v[e] < 0 || v[e] > INT32_MAX) {
+      snprintf(err, errlen, "\"%s\" gives %lld for width %d", exprs[e], (long long)v[e], width);
+      return 1;
+    }
+  }
+  for (int d = 0; d < 3; d++)
+    if (v[d] % v[6 + d] != 0) {
+      snprintf(err, errlen, "grid[%d] = %lld is not a multiple of cluster[%d] = %lld for width %d",
+               d, (long long)v[d], d, (long long)v[6 + d], width);
+      return 1;
+    }
+  if (v[6] * v[7] * v[8] > 8) {
+    snprintf(err, errlen, "a cluster of %lld blocks for width %d; at most 8",
+             (long long)(v[6] * v[7] * v[8]), width);
+    return 1;
+  }
+  return 0;
+}
+
+/* Launch expressions must evaluate for every width, with MMA 0 and 1 (the
+ * arches come later, from the command line too); the first problem of the
+ * first kernel that has one is reported. */
+static void check_launches(loader *L, const kf_model *m) {
+  for (size_t i = 0; i < m->nkernels && !L->errors; i++) {
+    const kf_kernel_desc *k = &m->kernels[i];
+    for (size_t wm = 0; wm < 2 * m->nwidths; wm++) {
+      char err[256] = "";
+      if (launch_problem(k, m->widths[wm / 2], (int)(wm % 2), err, sizeof err)) {
+        kf_error(k->tmpl->path, "launch", "%s (kernel %s of %s)", err, k->kind, L->display);
+        L->errors++;
+        break;
+      }
+    }
+  }
 }
 
 kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
@@ -895,151 +799,13 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
   cJSON *root = kf_json_load(path, path);
   if (!root)
     return NULL;
-  kf_model *m = kf_xcalloc(1, sizeof *m);
-  m->path = kf_xstrdup(path);
-  char *abs = kf_path_absolute(path);
-  m->dir = kf_path_dirname(abs);
-  free(abs);
+  kf_model *m = new_model(path);
   family fam = {0};
-  static const char *const members[] = {"name",        "family",  "shape",        "widths",
-                                        "arches",      "kernels", "include_dirs", "template_dirs",
-                                        "description", NULL};
-  if (!cJSON_IsObject(root)) {
-    kf_error(path, "", "a description must be a JSON object, got %s", kf_json_type_name(root));
-    L.errors++;
-    goto out;
+  read_description(&L, m, root, &fam);
+  if (!L.errors) { /* kernels need a valid shape and template dirs */
+    parse_kernels(&L, m, root, &fam);
+    check_launches(&L, m);
   }
-  L.errors += kf_json_check_members(path, "", root, members);
-  const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
-  if (!cJSON_IsString(name)) {
-    kf_error(path, "name", "missing the model's name (a string such as \"qwen3-0.6b\")");
-    L.errors++;
-  } else if (!valid_name(name->valuestring, 1)) {
-    kf_error(path, "name",
-             "\"%s\" is not a valid model name: use lower-case letters, digits, '.', '_' and "
-             "'-' (no '/' or '..'), at most 64 characters",
-             name->valuestring);
-    L.errors++;
-  } else {
-    m->name = kf_xstrdup(name->valuestring);
-  }
-  const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "family");
-  if (f) {
-    if (!cJSON_IsString(f) || !valid_name(f->valuestring, 0)) {
-      kf_error(path, "family", "must be a family name such as \"qwen3\", got %s",
-               cJSON_IsString(f) ? f->valuestring : kf_json_type_name(f));
-      L.errors++;
-    } else {
-      m->family = kf_xstrdup(f->valuestring);
-      load_family(&L, m, m->family, &fam);
-    }
-  }
-  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, "shape");
-  if (!shape) {
-    kf_error(path, "shape", "missing the model's shape fields");
-    L.errors++;
-  } else {
-    parse_shape(&L, m, shape, f ? &fam : NULL);
-  }
-  parse_widths(&L, m, cJSON_GetObjectItemCaseSensitive(root, "widths"));
-  parse_arches(&L, m, cJSON_GetObjectItemCaseSensitive(root, "arches"));
-  parse_dirs(&L, m, cJSON_GetObjectItemCaseSensitive(root, "template_dirs"), "template_dirs",
-             &m->template_dirs);
-  parse_dirs(&L, m, cJSON_GetObjectItemCaseSensitive(root, "include_dirs"), "include_dirs",
-             &m->include_dirs);
-  for (size_t i = 0; i < opt->extra_include_dirs.n; i++)
-    kf_strv_push_owned(&m->include_dirs, kf_path_absolute(opt->extra_include_dirs.v[i]));
-  if (L.errors)
-    goto out; /* kernels need a valid shape and template dirs */
-
-  /* kernels: the family's first, then the description's (replacing by kind) */
-  const cJSON *sources[2] = {fam.root ? cJSON_GetObjectItemCaseSensitive(fam.root, "kernels")
-                                      : NULL,
-                             cJSON_GetObjectItemCaseSensitive(root, "kernels")};
-  const char *files[2] = {fam.path, path};
-  for (int s = 0; s < 2; s++) {
-    const cJSON *ks = sources[s];
-    if (!ks)
-      continue;
-    if (!cJSON_IsArray(ks)) {
-      kf_error(files[s], "kernels", "must be an array of kernels, got %s", kf_json_type_name(ks));
-      L.errors++;
-      continue;
-    }
-    int i = 0;
-    for (const cJSON *e = ks->child; e; e = e->next, i++) {
-      char *p = kf_xasprintf("kernels[%d]", i);
-      kf_kernel_desc k = {0};
-      if (parse_kernel(&L, m, files[s], p, e, &k) == 0) {
-        size_t at = m->nkernels;
-        for (size_t j = 0; j < m->nkernels; j++)
-          if (!strcmp(m->kernels[j].kind, k.kind)) {
-            if (!strcmp(m->kernels[j].source_file, files[s])) {
-              kf_error(files[s], p, "kind \"%s\" is listed twice", k.kind);
-              L.errors++;
-            }
-            kernel_free(&m->kernels[j]);
-            at = j;
-          }
-        if (at == m->nkernels)
-          m->kernels = kf_xrealloc(m->kernels, ++m->nkernels * sizeof *m->kernels);
-        m->kernels[at] = k;
-      } else {
-        kernel_free(&k);
-      }
-      free(p);
-    }
-  }
-  if (!L.errors && m->nkernels == 0) {
-    kf_error(path, "kernels",
-             "the description names no kernels (give \"kernels\" or a \"family\")");
-    L.errors++;
-  }
-  if (m->nkernels > 1)
-    qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
-  /* launch expressions must evaluate for every width, with MMA 0 and 1 (the
-   * arches come later, from the command line too); clusters must tile the
-   * grid and stay within the portable 8 blocks */
-  for (size_t i = 0; i < m->nkernels && !L.errors; i++) {
-    const kf_kernel_desc *k = &m->kernels[i];
-    const kf_template *t = k->tmpl;
-    for (size_t wm = 0; wm < 2 * m->nwidths; wm++) {
-      const size_t w = wm / 2;
-      const int mma = (int)(wm % 2);
-      const char *exprs[11] = {t->grid[0],    t->grid[1],      t->grid[2],          t->block[0],
-                               t->block[1],   t->block[2],     t->cluster[0],       t->cluster[1],
-                               t->cluster[2], t->shared_bytes, t->max_blocks_per_sm};
-      int64_t v[11] = {0};
-      char err[256] = "";
-      int bad = 0;
-      for (int e = 0; e < 11 && !bad; e++) {
-        bad = kf_template_eval(k, m->widths[w], mma, exprs[e], &v[e], err, sizeof err) != 0;
-        if (!bad && ((e < 9 && v[e] < 1) || v[e] < 0 || v[e] > INT32_MAX)) {
-          snprintf(err, sizeof err, "\"%s\" gives %lld for width %d", exprs[e], (long long)v[e],
-                   m->widths[w]);
-          bad = 1;
-        }
-      }
-      for (int d = 0; d < 3 && !bad; d++)
-        if (v[d] % v[6 + d] != 0) {
-          snprintf(err, sizeof err,
-                   "grid[%d] = %lld is not a multiple of cluster[%d] = %lld for width %d", d,
-                   (long long)v[d], d, (long long)v[6 + d], m->widths[w]);
-          bad = 1;
-        }
-      if (!bad && v[6] * v[7] * v[8] > 8) {
-        snprintf(err, sizeof err, "a cluster of %lld blocks for width %d; at most 8",
-                 (long long)(v[6] * v[7] * v[8]), m->widths[w]);
-        bad = 1;
-      }
-      if (bad) {
-        kf_error(t->path, "launch", "%s (kernel %s of %s)", err, k->kind, path);
-        L.errors++;
-        break;
-      }
-    }
-  }
-out:
   if (fam.root)
     cJSON_Delete(fam.root);
   free(fam.path);
@@ -1060,7 +826,7 @@ void kf_model_free(kf_model *m) {
   for (size_t i = 0; i < m->nkernels; i++)
     kernel_free(&m->kernels[i]);
   for (size_t i = 0; i < m->ntemplates; i++)
-    template_free(m->templates[i]);
+    kf_template_free(m->templates[i]);
   free(m->templates);
   free(m->kernels);
   free(m->path);

@@ -1,0 +1,68 @@
+/* schema.h: template schemas (templates/<template>.json): what a template
+ * takes (parameters with their ranges, kernel arguments) and how it launches
+ * (grid, block, shared memory, clusters as expressions over the parameters,
+ * the width W and MMA). Loaded and checked before anything is written.
+ * Format: docs/contracts.md. */
+#ifndef KF_SCHEMA_H
+#define KF_SCHEMA_H
+
+#include "expr.h"
+#include "util.h"
+
+typedef struct {
+  char *name;
+  int is_float;
+  int has_min, has_max;
+  double min, max;
+  int64_t multiple_of; /* 0: none */
+  int64_t *one_of;     /* n_one_of values, or NULL */
+  size_t n_one_of;
+} kf_param_spec;
+
+typedef struct {
+  char *name;
+  char *type; /* C spelling from the closed set in contracts.md */
+  int size;   /* bytes */
+} kf_arg_spec;
+
+typedef struct kf_template {
+  char *name;
+  char *dir;    /* absolute directory holding the schema and header */
+  char *path;   /* schema path as shown in messages */
+  char *header; /* file name included by the generated source */
+  char *entry;  /* device function template called as entry<P>(args...) */
+  kf_param_spec *params;
+  size_t nparams;
+  kf_arg_spec *args;
+  size_t nargs;
+  char *grid[3], *block[3], *shared_bytes; /* expressions over params and W */
+  char *cluster[3];        /* launch.cluster: blocks per thread-block cluster ("1" when absent) */
+  int programmatic;        /* launch.programmatic: written for programmatic dependent launch */
+  char *max_blocks_per_sm; /* launch.max_blocks_per_sm ("0" when absent: no cap) */
+  int one_wave;            /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
+} kf_template;
+
+/* One kernel of a description: a template and the values of its parameters. */
+typedef struct {
+  char *kind;
+  kf_template *tmpl;
+  kf_value *values;  /* one per tmpl->params, in schema order */
+  char *source_file; /* description or family file that defined it */
+} kf_kernel_desc;
+
+/* Loads <name>.json from the first directory of dirs that holds one and
+ * checks it. where_file and where_path name the place that asked for the
+ * template; "not found" is reported there. Returns the template (free with
+ * kf_template_free) or NULL after reporting every problem on stderr, with
+ * their number added to *errors. */
+kf_template *kf_template_load(const kf_strv *dirs, const char *name, const char *where_file,
+                              const char *where_path, int *errors);
+void kf_template_free(kf_template *t);
+
+/* Evaluates a template's launch expression for one kernel and width, with
+ * W the width and MMA the given mma (kf_arch_has_mma of the arch). Returns 0
+ * with the value in *out, or -1 with the reason in err. */
+int kf_template_eval(const kf_kernel_desc *k, int width, int mma, const char *expr, int64_t *out,
+                     char *err, size_t errlen);
+
+#endif /* KF_SCHEMA_H */
