@@ -19,7 +19,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 if __name__ == "__main__" and len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
     os.environ["KFORGE_GPU_CACHE"] = sys.argv.pop(1)
-CACHE = os.environ.get("KFORGE_GPU_CACHE", os.path.join(HERE, "..", "..", ".devcarry", "gpucache"))
+CACHE = os.environ.get("KFORGE_GPU_CACHE", os.path.join(HERE, "..", "..", ".gpu-bundle", "gpucache"))
 try:
     import kforge
 except ImportError:
