@@ -108,6 +108,21 @@ static void fiber_main() {
   fibers[current].done = true;
 } // returns to the scheduler (uc_link)
 
+// Thread t of the block, ready to start. (Its own function: getcontext
+// returns twice, which would make the caller's loop variables suspect.)
+__attribute__((noinline)) static void make_fiber(unsigned t) {
+  Fiber &f = fibers[t];
+  f.tid = t;
+  f.shuffles = 0;
+  f.phase = nullptr;
+  f.done = false;
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = stacks[t].get();
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = &scheduler;
+  makecontext(&f.ctx, fiber_main, 0);
+}
+
 // Runs body() for every thread of every block of the grid (x fastest).
 inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
   gridDim = grid;
@@ -131,18 +146,8 @@ inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
           for (long &r : warps[i].round)
             r = -1;
         }
-        for (unsigned t = 0; t < n; ++t) {
-          Fiber &f = fibers[t];
-          f.tid = t;
-          f.shuffles = 0;
-          f.phase = nullptr;
-          f.done = false;
-          getcontext(&f.ctx);
-          f.ctx.uc_stack.ss_sp = stacks[t].get();
-          f.ctx.uc_stack.ss_size = kStackBytes;
-          f.ctx.uc_link = &scheduler;
-          makecontext(&f.ctx, fiber_main, 0);
-        }
+        for (unsigned t = 0; t < n; ++t)
+          make_fiber(t);
         // round robin over the threads that can go on until every thread
         // has returned; a pass that resumes none is a deadlock
         for (unsigned left = n; left;) {
