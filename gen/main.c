@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
-  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || (!strcmp(cmd, "help") && argc == 2)) {
     usage(stdout);
     return 0;
   }
@@ -53,11 +53,12 @@ int main(int argc, char **argv) {
                    dirs[i]);
     return 0;
   }
-  if (!strcmp(cmd, "help") && argc > 2) {
+  if (!strcmp(cmd, "help")) {
     char *args[] = {argv[2], "--help", NULL};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
       if (!strcmp(commands[i].name, argv[2]))
         return commands[i].fn(2, args);
+    cmd = argv[2]; /* reported below as the unknown command */
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(commands[i].name, cmd))

@@ -101,9 +101,24 @@ static void add_env_identity(kf_toolchain *tc, const char *const *names) {
   }
 }
 
+/* A compiler named by KFORGE_NVCC / KFORGE_HIPCC (var): NULL, with *error
+ * saying so, when the path it gives, or the name on PATH, does not exist. */
+static char *forced_compiler(const char *var, const char *value, char **error) {
+  char *on_path = strchr(value, '/') ? NULL : find_on_path(value);
+  if (strchr(value, '/') ? access(value, F_OK) != 0 : !on_path) {
+    *error = kf_xasprintf("%s: %s: not found%s", var, value, strchr(value, '/') ? "" : " on PATH");
+    return NULL;
+  }
+  free(on_path);
+  return kf_xstrdup(value);
+}
+
 static void probe_cuda(kf_toolchain *tc) {
   const char *forced = getenv("KFORGE_NVCC");
-  char *exe = forced && *forced ? kf_xstrdup(forced) : find_on_path("nvcc");
+  char *exe =
+      forced && *forced ? forced_compiler("KFORGE_NVCC", forced, &tc->error) : find_on_path("nvcc");
+  if (tc->error)
+    return;
   if (!exe && access("/usr/local/cuda/bin/nvcc", X_OK) == 0)
     exe = kf_xstrdup("/usr/local/cuda/bin/nvcc");
   if (!exe) {
@@ -142,7 +157,10 @@ static void probe_cuda(kf_toolchain *tc) {
 
 static void probe_hip(kf_toolchain *tc) {
   const char *forced = getenv("KFORGE_HIPCC");
-  char *exe = forced && *forced ? kf_xstrdup(forced) : find_on_path("hipcc");
+  char *exe = forced && *forced ? forced_compiler("KFORGE_HIPCC", forced, &tc->error)
+                                : find_on_path("hipcc");
+  if (tc->error)
+    return;
   if (!exe && access("/opt/rocm/bin/hipcc", X_OK) == 0)
     exe = kf_xstrdup("/opt/rocm/bin/hipcc");
   if (!exe) {

@@ -29,8 +29,10 @@ KF_DEVICE void add_rmsnorm_row(const kf_bf16 *x, kf_bf16 *residual, const kf_bf1
   constexpr int kPerThread = (kVecs + THREADS - 1) / THREADS;
   const int tid = (int)threadIdx.x;
 
-  float z[kPerThread][8];
-  vec8 wv[kPerThread]; // the weight, loaded before the reduction needs the block
+  // A slot past the row's end (when THREADS does not divide HIDDEN / 8) is
+  // zero, never read: every slot is defined on every path.
+  float z[kPerThread][8] = {};
+  vec8 wv[kPerThread] = {}; // the weight, loaded before the reduction needs the block
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {

@@ -1,15 +1,19 @@
-// emu.h: runs a kernel body on the host, one std::thread per GPU thread and
-// one block at a time, with warps (wavefronts) of KF_EMU_WARP lanes. A
-// shuffle meets its warp at a barrier, and reading a lane that is past the
-// block's end or has not reached the same shuffle is counted as an error:
-// the kind of bug a 64-lane wavefront exposes in code written for 32.
+// emu.h: runs a kernel body on the host, one block at a time, each GPU
+// thread a fiber (ucontext) of one OS thread, with warps (wavefronts) of
+// KF_EMU_WARP lanes. A fiber runs until it waits at a barrier, then the next
+// one runs: no OS scheduling, so a run costs the same on a busy machine as on
+// an idle one, and the order is the same every run. A shuffle meets its warp
+// at a barrier, and reading a lane that is past the block's end or has not
+// reached the same shuffle is counted as an error: the kind of bug a 64-lane
+// wavefront exposes in code written for 32. Threads that all wait and none
+// can go on (a barrier some thread never reaches) end the run with a message.
 #pragma once
 #include "cuda_runtime.h"
 
-#include <barrier>
+#include <algorithm>
 #include <functional>
 #include <memory>
-#include <thread>
+#include <ucontext.h>
 #include <vector>
 
 thread_local dim3 threadIdx, blockIdx;
@@ -17,28 +21,72 @@ dim3 blockDim, gridDim;
 
 namespace emu {
 
+struct Fiber {
+  ucontext_t ctx;
+  unsigned tid;
+  long shuffles;     // this thread's count of shuffles so far
+  const long *phase; // waiting at a barrier until *phase != token, or NULL
+  long token;
+  bool done;
+};
+
+static ucontext_t scheduler;
+static std::vector<Fiber> fibers;
+static std::vector<std::unique_ptr<char[]>> stacks;
+constexpr size_t kStackBytes = 512 * 1024;
+static unsigned current; // the running fiber
+
+inline void yield() { swapcontext(&fibers[current].ctx, &scheduler); }
+
+// std::barrier's semantics for fibers: a phase completes when `expected`
+// threads have arrived; arrive_and_drop also lowers `expected` for the
+// phases after.
+struct Barrier {
+  int expected = 0, pending = 0;
+  long phase = 0;
+  void reset(int n) { expected = pending = n, phase = 0; }
+  long arrive() {
+    const long token = phase;
+    if (--pending == 0)
+      ++phase, pending = expected;
+    return token;
+  }
+  void wait(long token) {
+    if (phase == token) { // the scheduler resumes this thread once the phase is over
+      fibers[current].phase = &phase;
+      fibers[current].token = token;
+      yield();
+    }
+  }
+  void arrive_and_wait() { wait(arrive()); }
+  void arrive_and_drop() {
+    --expected;
+    (void)arrive();
+  }
+};
+
 struct Warp {
-  std::unique_ptr<std::barrier<>> bar;
+  Barrier bar;
   float value[KF_EMU_WARP];
   long round[KF_EMU_WARP]; // each lane's count of shuffles so far
   int lanes;               // lanes that exist (the block's last warp may be short)
 };
 
-static std::unique_ptr<std::barrier<>> block_bar;
-static std::unique_ptr<std::barrier<>> named_bar[16]; // 1..15, each for the whole block
+static Barrier block_bar;
+static Barrier named_bar[16]; // 1..15, each for the whole block
 static std::vector<Warp> warps;
-static thread_local long shuffles;
-static std::atomic<long> errors{0};
+static long errors = 0;
 
 inline float shfl(float v, int src, bool is_xor) {
   const int lane = threadIdx.x % KF_EMU_WARP;
   Warp &w = warps[threadIdx.x / KF_EMU_WARP];
+  const long round = ++fibers[current].shuffles;
   w.value[lane] = v;
-  w.round[lane] = ++shuffles;
-  w.bar->arrive_and_wait();
+  w.round[lane] = round;
+  w.bar.arrive_and_wait();
   const int from = is_xor ? (lane ^ src) : src;
   float r = v;
-  if (from < 0 || from >= w.lanes || w.round[from] != shuffles) {
+  if (from < 0 || from >= w.lanes || w.round[from] != round) {
     if (errors++ < 10)
       fprintf(stderr, "emu: block (%u,%u,%u) thread %u: shuffle from lane %d, which %s\n",
               blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, from,
@@ -46,58 +94,96 @@ inline float shfl(float v, int src, bool is_xor) {
   } else {
     r = w.value[from];
   }
-  w.bar->arrive_and_wait();
+  w.bar.arrive_and_wait();
   return r;
+}
+
+static const std::function<void()> *body_fn;
+
+static void fiber_main() {
+  (*body_fn)();
+  // a thread that returns early must not hold the others' barriers
+  warps[threadIdx.x / KF_EMU_WARP].bar.arrive_and_drop();
+  block_bar.arrive_and_drop();
+  fibers[current].done = true;
+} // returns to the scheduler (uc_link)
+
+// Thread t of the block, ready to start. (Its own function: getcontext
+// returns twice, which would make the caller's loop variables suspect.)
+__attribute__((noinline)) static void make_fiber(unsigned t) {
+  Fiber &f = fibers[t];
+  f.tid = t;
+  f.shuffles = 0;
+  f.phase = nullptr;
+  f.done = false;
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = stacks[t].get();
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = &scheduler;
+  makecontext(&f.ctx, fiber_main, 0);
 }
 
 // Runs body() for every thread of every block of the grid (x fastest).
 inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
   gridDim = grid;
   blockDim = block;
+  body_fn = &body;
   const unsigned n = block.x * block.y * block.z;
+  while (stacks.size() < n)
+    stacks.push_back(std::make_unique<char[]>(kStackBytes));
+  fibers.resize(n);
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        block_bar = std::make_unique<std::barrier<>>(n);
+        blockIdx = dim3{x, y, z};
+        block_bar.reset((int)n);
         for (int id = 1; id < 16; ++id)
-          named_bar[id] = std::make_unique<std::barrier<>>(n);
+          named_bar[id].reset((int)n);
         warps = std::vector<Warp>((n + KF_EMU_WARP - 1) / KF_EMU_WARP);
         for (size_t i = 0; i < warps.size(); ++i) {
           warps[i].lanes = (int)std::min<unsigned>(KF_EMU_WARP, n - i * KF_EMU_WARP);
-          warps[i].bar = std::make_unique<std::barrier<>>(warps[i].lanes);
+          warps[i].bar.reset(warps[i].lanes);
           for (long &r : warps[i].round)
             r = -1;
         }
-        std::vector<std::thread> threads;
-        threads.reserve(n);
         for (unsigned t = 0; t < n; ++t)
-          threads.emplace_back([&, t, x, y, z] {
-            threadIdx = dim3{t, 0, 0};
-            blockIdx = dim3{x, y, z};
-            shuffles = 0;
-            body();
-            // a thread that returns early must not hold the others' barriers
-            warps[t / KF_EMU_WARP].bar->arrive_and_drop();
-            block_bar->arrive_and_drop();
-          });
-        for (auto &t : threads)
-          t.join();
+          make_fiber(t);
+        // round robin over the threads that can go on until every thread
+        // has returned; a pass that resumes none is a deadlock
+        for (unsigned left = n; left;) {
+          bool resumed = false;
+          for (current = 0; current < n; ++current) {
+            Fiber &f = fibers[current];
+            if (f.done || (f.phase && *f.phase == f.token))
+              continue;
+            f.phase = nullptr;
+            resumed = true;
+            threadIdx = dim3{f.tid, 0, 0};
+            swapcontext(&scheduler, &f.ctx);
+            left -= f.done;
+          }
+          if (!resumed) {
+            fprintf(stderr, "emu: block (%u,%u,%u): %u threads wait at barriers none can pass\n", x,
+                    y, z, left);
+            abort();
+          }
+        }
       }
 }
 
 } // namespace emu
 
-void __syncthreads() { emu::block_bar->arrive_and_wait(); }
+void __syncthreads() { emu::block_bar.arrive_and_wait(); }
 // Named barriers as the kernels use them: the whole block takes part in each
 // phase, some threads arriving without waiting and the rest waiting.
-static std::barrier<> &emu_named(int id, int threads) {
+static emu::Barrier &emu_named(int id, int threads) {
   if (id < 1 || id > 15 || threads != (int)(blockDim.x * blockDim.y * blockDim.z)) {
     fprintf(stderr,
             "emu: named barrier %d for %d threads: the emulation has 1..15 for the whole block\n",
             id, threads);
     abort();
   }
-  return *emu::named_bar[id];
+  return emu::named_bar[id];
 }
 void emu_bar_arrive(int id, int threads) { (void)emu_named(id, threads).arrive(); }
 void emu_bar_sync(int id, int threads) { emu_named(id, threads).arrive_and_wait(); }

@@ -4,7 +4,26 @@
 #include "kf_test.h"
 #include "rt_internal.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
+
+/* printf into a malloc'd string; aborts when out of memory. (Not asprintf:
+ * a local whose address asprintf gets looks to gcc -O3 like the target of
+ * the string it returns, and code inlined after it is warned about.) */
+static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xprintf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *s = n < 0 ? NULL : malloc((size_t)n + 1);
+  if (!s)
+    abort();
+  va_start(ap, fmt);
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return s;
+}
 
 static const char *GOOD = "{\n"
                           "  \"format\": 1,\n"
@@ -36,12 +55,9 @@ static const char *GOOD = "{\n"
 /* GOOD with the first occurrence of from replaced by to; malloc'd. */
 static char *edit(const char *from, const char *to) {
   const char *at = strstr(GOOD, from);
-  char *out;
   if (!at)
     abort();
-  if (asprintf(&out, "%.*s%s%s", (int)(at - GOOD), GOOD, to, at + strlen(from)) < 0)
-    abort();
-  return out;
+  return xprintf("%.*s%s%s", (int)(at - GOOD), GOOD, to, at + strlen(from));
 }
 
 static kf_status parse(const char *text, rt_manifest *m, rt_err *err) {
@@ -188,10 +204,10 @@ static const char *SIG_PARAMS =
 static char *with_signatures(const char *sig_kind, const char *sig_body) {
   char *no_params = edit(SIG_PARAMS, "");
   const char *at = strstr(no_params, "  \"kernels\"");
-  char *out;
-  if (!at || asprintf(&out, "%.*s  \"signatures\": {\"%s\": %s},\n%s", (int)(at - no_params),
-                      no_params, sig_kind, sig_body, at) < 0)
+  if (!at)
     abort();
+  char *out = xprintf("%.*s  \"signatures\": {\"%s\": %s},\n%s", (int)(at - no_params), no_params,
+                      sig_kind, sig_body, at);
   free(no_params);
   return out;
 }
@@ -426,9 +442,10 @@ static char *compact(const char *text) {
 
 /* Writes text to a fresh file; its path is malloc'd. */
 static char *temp_manifest(const char *text) {
-  char dir[] = "/tmp/kfman-XXXXXX", *path;
-  if (!mkdtemp(dir) || asprintf(&path, "%s/sm_90a.json", dir) < 0)
+  char dir[] = "/tmp/kfman-XXXXXX";
+  if (!mkdtemp(dir))
     abort();
+  char *path = xprintf("%s/sm_90a.json", dir);
   FILE *f = fopen(path, "w");
   fputs(text, f);
   fclose(f);
