@@ -2,7 +2,7 @@
 #define _GNU_SOURCE
 #include "cache.h"
 
-#include <cjson/cJSON.h>
+#include "json.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -225,22 +225,17 @@ void kf_entry_meta_free(kf_entry_meta *m) {
   memset(m, 0, sizeof *m);
 }
 
-static char *get_string(const cJSON *o, const char *name) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-  return cJSON_IsString(v) ? kf_xstrdup(v->valuestring) : NULL;
-}
-
 static long get_long(const cJSON *o, const char *name, long absent) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
   return cJSON_IsNumber(v) ? (long)v->valuedouble : absent;
 }
 
 static void take_meta(const cJSON *o, kf_entry_meta *m) {
-  m->key = get_string(o, "key");
-  m->kernel_id = get_string(o, "kernel_id");
-  m->object = get_string(o, "object");
-  m->checksum = get_string(o, "checksum");
-  m->compiler_output = get_string(o, "compiler_output");
+  m->key = kf_json_dup_string(o, "key");
+  m->kernel_id = kf_json_dup_string(o, "kernel_id");
+  m->object = kf_json_dup_string(o, "object");
+  m->checksum = kf_json_dup_string(o, "checksum");
+  m->compiler_output = kf_json_dup_string(o, "compiler_output");
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "size");
   m->has_size = cJSON_IsNumber(v);
   m->size = m->has_size ? (long long)v->valuedouble : 0;
@@ -260,8 +255,8 @@ static void take_meta(const cJSON *o, kf_entry_meta *m) {
   m->resources.shared_bytes = get_long(res, "shared_bytes", -1);
   v = cJSON_GetObjectItemCaseSensitive(o, "inputs");
   for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e; e = e->next) {
-    char *tag = get_string(e, "tag"), *name = get_string(e, "name");
-    char *hash = get_string(e, "hash"), *value = get_string(e, "value");
+    char *tag = kf_json_dup_string(e, "tag"), *name = kf_json_dup_string(e, "name");
+    char *hash = kf_json_dup_string(e, "hash"), *value = kf_json_dup_string(e, "value");
     if (tag && name)
       kf_entry_meta_add_input(m, tag, name, hash ? hash : "", value);
     free(tag);

@@ -261,6 +261,11 @@ int kf_json_check_members(const char *display, const char *path, const cJSON *ob
   return problems;
 }
 
+char *kf_json_dup_string(const cJSON *obj, const char *name) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+  return cJSON_IsString(v) ? kf_xstrdup(v->valuestring) : NULL;
+}
+
 const char *kf_json_type_name(const cJSON *v) {
   if (!v)
     return "nothing";

@@ -19,6 +19,10 @@ cJSON *kf_json_parse(const char *text, size_t len, const char *display);
 int kf_json_check_members(const char *display, const char *path, const cJSON *obj,
                           const char *const *allowed);
 
+/* A copy of obj's string member name (caller frees), or NULL when it is
+ * absent or not a string. */
+char *kf_json_dup_string(const cJSON *obj, const char *name);
+
 /* Short name of a JSON value's type, for messages ("a string", "a number"). */
 const char *kf_json_type_name(const cJSON *v);
 

@@ -5,7 +5,7 @@
 #include "manifest.h"
 #include "util.h"
 
-#include <cjson/cJSON.h>
+#include "json.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,11 +144,6 @@ int kf_manifest_write(const char *path, const kf_manifest *m) {
 
 /* ---- reading ---- */
 
-static char *get_string(const cJSON *o, const char *name) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-  return cJSON_IsString(v) ? kf_xstrdup(v->valuestring) : NULL;
-}
-
 static int get_dims(const cJSON *o, const char *name, int64_t out[3]) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, name);
   if (cJSON_GetArraySize(a) != 3)
@@ -173,13 +168,13 @@ static void load_launch(const cJSON *l, kf_manifest_launch *out) {
 
 static void load_kernel(kf_manifest *m, const cJSON *o) {
   kf_manifest_kernel *k = new_kernel(m);
-  k->id = get_string(o, "id");
-  k->kind = get_string(o, "kind");
-  k->key = get_string(o, "key");
-  k->object = get_string(o, "object");
-  k->meta = get_string(o, "meta");
-  k->checksum = get_string(o, "checksum");
-  k->symbol = get_string(o, "symbol");
+  k->id = kf_json_dup_string(o, "id");
+  k->kind = kf_json_dup_string(o, "kind");
+  k->key = kf_json_dup_string(o, "key");
+  k->object = kf_json_dup_string(o, "object");
+  k->meta = kf_json_dup_string(o, "meta");
+  k->checksum = kf_json_dup_string(o, "checksum");
+  k->symbol = kf_json_dup_string(o, "symbol");
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "width");
   k->width = cJSON_IsNumber(v) ? v->valueint : 0;
   v = cJSON_GetObjectItemCaseSensitive(o, "size");
@@ -193,7 +188,7 @@ static void load_signatures(kf_manifest *m, const cJSON *sigs) {
     kf_manifest_signature *sig = kf_manifest_add_signature(m, s->string);
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(s, "params");
     for (const cJSON *p = cJSON_IsArray(params) ? params->child : NULL; p; p = p->next) {
-      char *name = get_string(p, "name"), *type = get_string(p, "type");
+      char *name = kf_json_dup_string(p, "name"), *type = kf_json_dup_string(p, "type");
       const cJSON *size = cJSON_GetObjectItemCaseSensitive(p, "size");
       kf_manifest_add_param(sig, name ? name : "", type ? type : "",
                             cJSON_IsNumber(size) ? size->valueint : 0);
@@ -220,10 +215,10 @@ int kf_manifest_load(const char *path, kf_manifest *m, char **err) {
     cJSON_Delete(root);
     return -1;
   }
-  m->generator = get_string(root, "generator");
-  m->model = get_string(root, "model");
-  m->arch = get_string(root, "arch");
-  m->backend = get_string(root, "backend");
+  m->generator = kf_json_dup_string(root, "generator");
+  m->model = kf_json_dup_string(root, "model");
+  m->arch = kf_json_dup_string(root, "arch");
+  m->backend = kf_json_dup_string(root, "backend");
   load_signatures(m, cJSON_GetObjectItemCaseSensitive(root, "signatures"));
   for (const cJSON *k = ks->child; k; k = k->next)
     load_kernel(m, k);

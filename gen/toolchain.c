@@ -113,38 +113,66 @@ static char *forced_compiler(const char *var, const char *value, char **error) {
   return kf_xstrdup(value);
 }
 
-static void probe_cuda(kf_toolchain *tc) {
-  const char *forced = getenv("KFORGE_NVCC");
+/* How one backend's compiler driver is found and recognised. */
+typedef struct {
+  const char *var;          /* the environment variable that names it */
+  const char *name;         /* looked up on PATH */
+  const char *default_path; /* tried last */
+  const char *not_found;    /* the reason when none is found, with the fix */
+  const char *answer;       /* a word its --version output contains ("" for any) */
+} compiler_spec;
+
+static const compiler_spec nvcc_spec = {
+    "KFORGE_NVCC", "nvcc", "/usr/local/cuda/bin/nvcc",
+    "nvcc not found (set KFORGE_NVCC, put nvcc on PATH, or install CUDA at /usr/local/cuda)",
+    "release"};
+static const compiler_spec hipcc_spec = {
+    "KFORGE_HIPCC", "hipcc", "/opt/rocm/bin/hipcc",
+    "hipcc not found (set KFORGE_HIPCC, put hipcc on PATH, or install ROCm: apt-get install "
+    "hipcc libamdhip64-dev)",
+    ""};
+
+/* Finds the compiler (its variable, then PATH, then the default path), asks
+ * its version and records it: tc->compiler, tc->prefix (the install the
+ * driver lives in: <prefix>/bin) and the identity's compiler record. Returns
+ * the version text (caller frees), or NULL with tc->error set. */
+static char *find_compiler(kf_toolchain *tc, const compiler_spec *c) {
+  const char *forced = getenv(c->var);
   char *exe =
-      forced && *forced ? forced_compiler("KFORGE_NVCC", forced, &tc->error) : find_on_path("nvcc");
+      forced && *forced ? forced_compiler(c->var, forced, &tc->error) : find_on_path(c->name);
   if (tc->error)
-    return;
-  if (!exe && access("/usr/local/cuda/bin/nvcc", X_OK) == 0)
-    exe = kf_xstrdup("/usr/local/cuda/bin/nvcc");
+    return NULL;
+  if (!exe && access(c->default_path, X_OK) == 0)
+    exe = kf_xstrdup(c->default_path);
   if (!exe) {
-    tc->error = kf_xstrdup("nvcc not found (set KFORGE_NVCC, put nvcc on PATH, or install CUDA "
-                           "at /usr/local/cuda)");
-    return;
+    tc->error = kf_xstrdup(c->not_found);
+    return NULL;
   }
   tc->compiler = exe;
   char *ver = version_text(exe, "--version");
-  if (!ver || !strstr(ver, "release")) {
-    tc->error = kf_xasprintf("%s --version did not answer like nvcc", exe);
+  if (!ver || !*ver || !strstr(ver, c->answer)) {
+    tc->error = kf_xasprintf("%s --version did not answer like %s", exe, c->name);
     free(ver);
-    return;
+    return NULL;
   }
   kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
-  const char *rel = strstr(ver, "release ");
-  tc->short_name =
-      rel ? kf_xasprintf("CUDA %.*s", (int)strcspn(rel + 8, ","), rel + 8) : kf_xstrdup("nvcc");
-  free(ver);
-  /* the install prefix: nvcc lives in <prefix>/bin */
   char real[PATH_MAX];
   if (realpath(exe, real)) {
     char *bin = kf_path_dirname(real);
     tc->prefix = kf_path_dirname(bin);
     free(bin);
   }
+  return ver;
+}
+
+static void probe_cuda(kf_toolchain *tc) {
+  char *ver = find_compiler(tc, &nvcc_spec);
+  if (!ver)
+    return;
+  const char *rel = strstr(ver, "release ");
+  tc->short_name =
+      rel ? kf_xasprintf("CUDA %.*s", (int)strcspn(rel + 8, ","), rel + 8) : kf_xstrdup("nvcc");
+  free(ver);
   /* the host compiler nvcc runs: NVCC_CCBIN, else gcc on PATH */
   const char *ccbin = getenv("NVCC_CCBIN");
   char *host = version_text(ccbin && *ccbin ? ccbin : "gcc", "--version");
@@ -156,38 +184,15 @@ static void probe_cuda(kf_toolchain *tc) {
 }
 
 static void probe_hip(kf_toolchain *tc) {
-  const char *forced = getenv("KFORGE_HIPCC");
-  char *exe = forced && *forced ? forced_compiler("KFORGE_HIPCC", forced, &tc->error)
-                                : find_on_path("hipcc");
-  if (tc->error)
+  char *ver = find_compiler(tc, &hipcc_spec);
+  if (!ver)
     return;
-  if (!exe && access("/opt/rocm/bin/hipcc", X_OK) == 0)
-    exe = kf_xstrdup("/opt/rocm/bin/hipcc");
-  if (!exe) {
-    tc->error = kf_xstrdup("hipcc not found (set KFORGE_HIPCC, put hipcc on PATH, or install "
-                           "ROCm: apt-get install hipcc libamdhip64-dev)");
-    return;
-  }
-  tc->compiler = exe;
-  char *ver = version_text(exe, "--version");
-  if (!ver || !*ver) {
-    tc->error = kf_xasprintf("%s --version did not answer", exe);
-    free(ver);
-    return;
-  }
-  kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
   const char *hv = strstr(ver, "HIP version: ");
   const char *cv = strstr(ver, "clang version ");
   tc->short_name =
       kf_xasprintf("HIP %.*s, clang %.*s", hv ? (int)strcspn(hv + 13, "; ") : 1, hv ? hv + 13 : "?",
                    cv ? (int)strcspn(cv + 14, "; ") : 1, cv ? cv + 14 : "?");
   free(ver);
-  char real[PATH_MAX];
-  if (realpath(exe, real)) {
-    char *bin = kf_path_dirname(real);
-    tc->prefix = kf_path_dirname(bin);
-    free(bin);
-  }
   add_env_identity(tc, hip_env);
 }
 
