@@ -110,5 +110,56 @@ class KindsDoc(unittest.TestCase):
         self.assertRegex(err, r"templates/broken\.json:2:\d+: error: ")
 
 
+def family_templates():
+    """kind -> template of the shipped families' kernels."""
+    out = {}
+    fam_dir = os.path.join(SRC, "models", "families")
+    for name in sorted(os.listdir(fam_dir)):
+        with open(os.path.join(fam_dir, name)) as f:
+            for k in json.load(f).get("kernels", []):
+                out.setdefault(k["kind"], k["template"])
+    return out
+
+
+class UserDocs(unittest.TestCase):
+    """What a newcomer reads first: the README, the binding's README and
+    docs/. Their examples must call kernels as the schemas declare them, and
+    they speak of the project only."""
+
+    PAGES = ["README.md", os.path.join("python", "README.md")] + [
+        os.path.join("docs", n) for n in sorted(os.listdir(os.path.join(SRC, "docs")))
+        if n.endswith(".md")]
+
+    def test_binding_examples_pass_the_schemas_arguments_but_rows(self):
+        kinds = family_templates()
+        calls = 0
+        for page in self.PAGES:
+            text = read(os.path.join(SRC, page))
+            found = [(m.group(0), m.group(1), m.group(2)) for m in
+                     re.finditer(r'kernel\("([a-z_]+)",[^)]*\)\(([^)]*)\)', text)]
+            # k = rt.kernel("kind", ...) and then k(...)
+            for m in re.finditer(r'(\w+) = \w+\.kernel\("([a-z_]+)"[^)]*\)', text):
+                c = re.compile(r"^" + m.group(1) + r"\(([^)]*)\)", re.M).search(text, m.end())
+                if c:
+                    found.append((c.group(0), m.group(2), c.group(1)))
+            for call, kind, arglist in found:
+                args = [a for a in arglist.split(",") if a.strip()]
+                args = [a for a in args if "=" not in a]  # stream= and the like
+                with open(os.path.join(SRC, "templates", kinds[kind] + ".json")) as f:
+                    schema = [a["name"] for a in json.load(f)["args"]]
+                # the examples name each argument as the schema does
+                self.assertEqual([a.strip() for a in args], schema[:-1],
+                                 f"{page}: {call}: {kind} takes {schema[:-1]} (rows is appended)")
+                calls += 1
+        self.assertGreaterEqual(calls, 2, "the READMEs show how a kernel is called")
+
+    def test_pages_name_no_internal_places(self):
+        bad = re.compile(r"\.devcarry|\bissue \d+|\.\./shared|steering repo|device tool", re.I)
+        for page in self.PAGES + [os.path.join("scripts", n) for n in
+                                  sorted(os.listdir(os.path.join(SRC, "scripts")))]:
+            for i, line in enumerate(read(os.path.join(SRC, page)).splitlines(), 1):
+                self.assertIsNone(bad.search(line), f"{page}:{i}: {line.strip()}")
+
+
 if __name__ == "__main__":
     unittest.main()
