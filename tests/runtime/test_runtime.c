@@ -1156,26 +1156,37 @@ KF_TEST(open__bad_signature_after_many_good_entries_is_refused_and_nothing_stays
 
 /* The std-style cache with the entry of `id` given launch.programmatic =
  * value (a JSON literal); *man is the manifest's path. */
-static char *programmatic_cache(const char *id, const char *value, char **man) {
-  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL, 0, 0},
-                     {"attn", 1, "float* o; int rows", 0, NULL, 0, 0}};
-  char *cache = fx_tmpdir(), *text, *at, *edited;
-  if (fx_cache_add(cache, "m", "sm_90a", specs, 2, 1) != 0)
+/* A cache of model "m" for arch from specs, with `insert` put into kernel
+ * id's launch object right after its shared_bytes member (the fixture writes
+ * `"shared_bytes": <shared>`). Aborts when the fixture is not as expected. */
+static char *cache_with_launch_member(const char *arch, const fx_spec *specs, int nspecs,
+                                      const char *id, int shared, const char *insert, char **man) {
+  char *cache = fx_tmpdir(), *text, *at, *edited, member[64];
+  if (fx_cache_add(cache, "m", arch, specs, nspecs, 1) != 0)
     abort();
-  *man = fx_manifest_path(cache, "m", "sm_90a");
+  *man = fx_manifest_path(cache, "m", arch);
   text = slurp(*man);
+  snprintf(member, sizeof member, "\"shared_bytes\": %d", shared);
   at = strstr(text, id);
-  at = at ? strstr(at, "\"shared_bytes\": 0") : NULL;
+  at = at ? strstr(at, member) : NULL;
   if (!at)
     abort();
-  at += strlen("\"shared_bytes\": 0");
-  if (asprintf(&edited, "%.*s, \"programmatic\": %s%s", (int)(at - text), text, value, at) < 0)
+  at += strlen(member);
+  if (asprintf(&edited, "%.*s, %s%s", (int)(at - text), text, insert, at) < 0)
     abort();
   if (fx_write_file(*man, edited, strlen(edited)) != 0)
     abort();
   free(text);
   free(edited);
   return cache;
+}
+
+static char *programmatic_cache(const char *id, const char *value, char **man) {
+  fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL, 0, 0},
+                     {"attn", 1, "float* o; int rows", 0, NULL, 0, 0}};
+  char insert[64];
+  snprintf(insert, sizeof insert, "\"programmatic\": %s", value);
+  return cache_with_launch_member("sm_90a", specs, 2, id, 0, insert, man);
 }
 
 KF_TEST(launch__programmatic_kernels_go_through_culaunchkernelex_the_rest_do_not) {
@@ -1252,24 +1263,9 @@ KF_TEST(open__launch_programmatic_must_be_a_boolean) {
 static char *cooperative_cache(const char *arch, const char *extra, char **man) {
   fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 0, NULL, 0, 0},
                      {"attn", 8, "float* o; int rows", 1024, NULL, 0, 0}};
-  char *cache = fx_tmpdir(), *text, *at, *edited, id[64];
-  if (fx_cache_add(cache, "m", arch, specs, 2, 1) != 0)
-    abort();
-  *man = fx_manifest_path(cache, "m", arch);
-  text = slurp(*man);
+  char id[64];
   snprintf(id, sizeof id, "\"m/attn/w8/%s\"", arch);
-  at = strstr(text, id);
-  at = at ? strstr(at, "\"shared_bytes\": 1024") : NULL;
-  if (!at)
-    abort();
-  at += strlen("\"shared_bytes\": 1024");
-  if (asprintf(&edited, "%.*s, %s%s", (int)(at - text), text, extra, at) < 0)
-    abort();
-  if (fx_write_file(*man, edited, strlen(edited)) != 0)
-    abort();
-  free(text);
-  free(edited);
-  return cache;
+  return cache_with_launch_member(arch, specs, 2, id, 1024, extra, man);
 }
 
 KF_TEST(launch__cooperative_kernels_that_fit_launch_with_the_cooperative_attribute) {
