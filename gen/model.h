@@ -48,5 +48,4 @@ typedef struct {
 kf_model *kf_model_load(const char *path, const kf_model_options *opt);
 void kf_model_free(kf_model *m);
 
-
 #endif /* KF_MODEL_H */
