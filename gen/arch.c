@@ -12,8 +12,22 @@ const char *const kf_arch_table[] = {
     "gfx908",  "gfx90a",  "gfx940",  "gfx941",  "gfx942",  "gfx950",  "gfx1030", "gfx1100",
     "gfx1101", "gfx1102", "gfx1200", "gfx1201", NULL};
 
-/* The HIP target features a known gfx name may set. */
-static const char *const known_features[] = {"sramecc", "xnack", NULL};
+/* The HIP target features each gfx processor of the table takes (LLVM's
+ * AMDGPU processor table); the others (RDNA) take none. */
+static const struct {
+  const char *base;
+  const char *features[3];
+} gfx_features[] = {
+    {"gfx900", {"xnack", NULL}},
+    {"gfx906", {"sramecc", "xnack", NULL}},
+    {"gfx908", {"sramecc", "xnack", NULL}},
+    {"gfx90a", {"sramecc", "xnack", NULL}},
+    {"gfx940", {"sramecc", "xnack", NULL}},
+    {"gfx941", {"sramecc", "xnack", NULL}},
+    {"gfx942", {"sramecc", "xnack", NULL}},
+    {"gfx950", {"sramecc", "xnack", NULL}},
+    {NULL, {NULL}},
+};
 
 static int in_list(const char *const *list, const char *s) {
   for (; *list; list++)
@@ -22,14 +36,66 @@ static int in_list(const char *const *list, const char *s) {
   return 0;
 }
 
-int kf_arch_known(const char *arch) {
+static const char *const no_features[] = {NULL};
+
+static const char *const *features_of(const char *base) {
+  for (int i = 0; gfx_features[i].base; i++)
+    if (!strcmp(gfx_features[i].base, base))
+      return gfx_features[i].features;
+  return no_features;
+}
+
+/* The first target feature that a gfx name sets twice, into feature; 0 when
+ * none does. */
+static int repeated_feature(const char *arch, char *feature, size_t n) {
+  const char *p = strchr(arch, ':');
+  while (p) {
+    const char *start = p + 1;
+    size_t len = strcspn(start, ":");
+    size_t flen = len && (start[len - 1] == '+' || start[len - 1] == '-') ? len - 1 : len;
+    for (const char *q = strchr(start + len, ':'); q; q = strchr(q + 1, ':')) {
+      size_t l2 = strcspn(q + 1, ":");
+      size_t f2 = l2 && (q[l2] == '+' || q[l2] == '-') ? l2 - 1 : l2;
+      if (f2 == flen && flen && !strncmp(start, q + 1, flen)) {
+        snprintf(feature, n, "%.*s", (int)flen, start);
+        return 1;
+      }
+    }
+    p = strchr(start, ':');
+  }
+  return 0;
+}
+
+int kf_arch_check(const char *arch, char *why, size_t n) {
   rt_arch a;
-  if (rt_arch_parse(arch, &a) != 0 || !in_list(kf_arch_table, a.base))
-    return 0;
+  char f[RT_ARCH_MAX];
+  if (rt_arch_parse(arch, &a) != 0) {
+    if (!strncmp(arch, "gfx", 3) && repeated_feature(arch, f, sizeof f))
+      snprintf(why, n, "target feature %s is set more than once in \"%s\"", f, arch);
+    else
+      snprintf(why, n, "unknown arch \"%s\"; known: %s", arch, kf_arch_known_list());
+    return -1;
+  }
+  if (!in_list(kf_arch_table, a.base)) {
+    snprintf(why, n, "unknown arch \"%s\"; known: %s", arch, kf_arch_known_list());
+    return -1;
+  }
+  const char *const *takes = features_of(a.base);
   for (int i = 0; i < a.nfeatures; i++)
-    if (!in_list(known_features, a.feature[i]))
-      return 0;
-  return 1;
+    if (!in_list(takes, a.feature[i])) {
+      if (takes[0])
+        snprintf(why, n, "%s has no target feature %s (it takes %s%s%s)", a.base, a.feature[i],
+                 takes[0], takes[1] ? " and " : "", takes[1] ? takes[1] : "");
+      else
+        snprintf(why, n, "%s has no target feature %s (it takes none)", a.base, a.feature[i]);
+      return -1;
+    }
+  return 0;
+}
+
+int kf_arch_known(const char *arch) {
+  char why[16];
+  return kf_arch_check(arch, why, sizeof why) == 0;
 }
 
 const char *kf_arch_known_list(void) {

@@ -7,13 +7,20 @@
 
 #include "rt_arch.h"
 
+#include <stddef.h>
+
 /* The arches kforge builds for, in the order messages list them,
- * NULL-terminated. A known name is one of these, plus, for a gfx arch, any of
- * the target features xnack and sramecc set on (+) or off (-). */
+ * NULL-terminated. A known name is one of these, plus, for a gfx arch, the
+ * target features its processor takes (xnack, and sramecc from gfx906 on;
+ * none on RDNA) each set on (+) or off (-) once. */
 extern const char *const kf_arch_table[];
 
 /* Returns 1 for a name kforge knows (sm_90a, sm_100f, gfx942:xnack-), else 0. */
 int kf_arch_known(const char *arch);
+/* Returns 0 for a name kforge knows, else -1 with the reason in why (a name
+ * outside the grammar or the table, a target feature set twice, or one the
+ * processor does not take: gfx1100:xnack+). */
+int kf_arch_check(const char *arch, char *why, size_t n);
 /* Comma-separated kf_arch_table, for messages; a static string. */
 const char *kf_arch_known_list(void);
 

@@ -186,6 +186,17 @@ int kf_entry_meta_write(const char *dir, const kf_entry_meta *m) {
   cJSON_AddNumberToObject(res, "spill_stores", (double)r->spill_stores);
   cJSON_AddNumberToObject(res, "spill_loads", (double)r->spill_loads);
   cJSON_AddNumberToObject(res, "shared_bytes", (double)r->shared_bytes);
+  /* AMD's own figures, only where reported (NVIDIA metas stay as they were) */
+  const struct {
+    const char *name;
+    long v;
+  } amd[] = {{"sgprs", r->sgprs},
+             {"agprs", r->agprs},
+             {"spilled_registers", r->spilled_registers},
+             {"waves_per_eu", r->waves_per_eu}};
+  for (size_t i = 0; i < sizeof amd / sizeof amd[0]; i++)
+    if (amd[i].v >= 0)
+      cJSON_AddNumberToObject(res, amd[i].name, (double)amd[i].v);
   cJSON_AddItemToObject(o, "inputs", inputs_json(m));
   char *text = cJSON_Print(o);
   cJSON_Delete(o);
@@ -200,7 +211,7 @@ int kf_entry_meta_write(const char *dir, const kf_entry_meta *m) {
 
 void kf_entry_meta_add_input(kf_entry_meta *m, const char *tag, const char *name, const char *hash,
                              const char *value) {
-  m->inputs = kf_xrealloc(m->inputs, (m->ninputs + 1) * sizeof *m->inputs);
+  m->inputs = kf_xpush(m->inputs, m->ninputs, sizeof *m->inputs);
   kf_meta_input *in = &m->inputs[m->ninputs++];
   in->tag = kf_xstrdup(tag);
   in->name = kf_xstrdup(name);
@@ -227,7 +238,7 @@ void kf_entry_meta_free(kf_entry_meta *m) {
 
 static long get_long(const cJSON *o, const char *name, long absent) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-  return cJSON_IsNumber(v) ? (long)v->valuedouble : absent;
+  return cJSON_IsNumber(v) ? (long)kf_i64_of_double(v->valuedouble) : absent;
 }
 
 static void take_meta(const cJSON *o, kf_entry_meta *m) {
@@ -238,7 +249,7 @@ static void take_meta(const cJSON *o, kf_entry_meta *m) {
   m->compiler_output = kf_json_dup_string(o, "compiler_output");
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "size");
   m->has_size = cJSON_IsNumber(v);
-  m->size = m->has_size ? (long long)v->valuedouble : 0;
+  m->size = m->has_size ? kf_i64_of_double(v->valuedouble) : 0;
   v = cJSON_GetObjectItemCaseSensitive(o, "compile_seconds");
   m->has_seconds = cJSON_IsNumber(v);
   m->compile_seconds = m->has_seconds ? v->valuedouble : 0;
@@ -253,6 +264,10 @@ static void take_meta(const cJSON *o, kf_entry_meta *m) {
   m->resources.spill_stores = get_long(res, "spill_stores", -1);
   m->resources.spill_loads = get_long(res, "spill_loads", -1);
   m->resources.shared_bytes = get_long(res, "shared_bytes", -1);
+  m->resources.sgprs = get_long(res, "sgprs", -1);
+  m->resources.agprs = get_long(res, "agprs", -1);
+  m->resources.spilled_registers = get_long(res, "spilled_registers", -1);
+  m->resources.waves_per_eu = get_long(res, "waves_per_eu", -1);
   v = cJSON_GetObjectItemCaseSensitive(o, "inputs");
   for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e; e = e->next) {
     char *tag = kf_json_dup_string(e, "tag"), *name = kf_json_dup_string(e, "name");
@@ -393,6 +408,26 @@ static int move_to_trash(const kf_cache *c, const char *key, const char *path) {
   return r;
 }
 
+/* Every regular file of a finished entry reaches the disk before the rename
+ * that publishes it: a crash then leaves the old state or a whole entry,
+ * never a published entry with an empty object. */
+static void fsync_files(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  if (!d)
+    return;
+  while ((e = readdir(d))) {
+    int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+      continue;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+      fsync(fd);
+    close(fd);
+  }
+  closedir(d);
+}
+
 int kf_cache_publish(const kf_cache *c, const char *key, const char *tmpdir) {
   char *dir = kf_cache_entry_dir(c, key);
   char *parent = kf_path_dirname(dir);
@@ -403,6 +438,7 @@ int kf_cache_publish(const kf_cache *c, const char *key, const char *tmpdir) {
   }
   if (kf_path_exists(dir))
     move_to_trash(c, key, dir);
+  fsync_files(tmpdir);
   kf_fsync_dir(tmpdir);
   int r = rename(tmpdir, dir);
   if (r == 0)

@@ -33,10 +33,17 @@ typedef struct {
   char *value; /* NULL for file and source records (their tokens are not kept) */
 } kf_meta_input;
 
-/* What the compiler reported about the code object; -1: not reported. */
+/* What the compiler reported about the code object; -1: not reported. The
+ * first five are every backend's (AMD: registers are VGPRs, stack_bytes the
+ * scratch per lane, shared_bytes the LDS); the rest are AMD's only. */
 typedef struct {
   long registers, stack_bytes, spill_stores, spill_loads, shared_bytes;
+  long sgprs, agprs, spilled_registers, waves_per_eu;
 } kf_meta_resources;
+
+/* Every figure unreported. */
+#define KF_META_RESOURCES_NONE                                                                     \
+  { -1, -1, -1, -1, -1, -1, -1, -1, -1 }
 
 /* An entry's meta.json. A loaded one may be incomplete: a string member that
  * is absent or not a string is NULL, a number that is absent is marked. */

@@ -18,14 +18,21 @@
 static const char usage[] =
     "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--families DIR]\n"
     "Writes a description of the family that matches the config's model_type (llama,\n"
-    "qwen3) to OUT.json, or to standard output. Where a description in the directory\n"
-    "above the families (models/) has the same family and shape, its tuning fields are\n"
-    "copied, and standard error names it.\n";
+    "qwen3, qwen3_moe, mixtral) to OUT.json, or to standard output. Where a description\n"
+    "in the directory above the families (models/) has the same family and shape, its\n"
+    "tuning fields are copied, and standard error names it. A config field that changes\n"
+    "the math and that the family does not implement (biases, another activation, rotary\n"
+    "scaling or dtype, a sliding window, quantized weights, a shared expert) is refused,\n"
+    "exit 2.\n";
 
 static const struct {
   const char *model_type;
   const char *family;
-} families[] = {{"llama", "llama"}, {"qwen3", "qwen3"}, {NULL, NULL}};
+} families[] = {{"llama", "llama"},
+                {"qwen3", "qwen3"},
+                {"qwen3_moe", "qwen3_moe"},
+                {"mixtral", "mixtral"},
+                {NULL, NULL}};
 
 /* Where a family's shape field comes from in a config.json: a member path,
  * tried in order. */
@@ -34,14 +41,197 @@ static const struct {
   const char *paths[3];
 } aliases[] = {
     {"dtype", {"torch_dtype", "dtype", NULL}},
-    {"rope_scaling_factor", {"rope_scaling.factor", NULL}},
-    {"rope_low_freq_factor", {"rope_scaling.low_freq_factor", NULL}},
-    {"rope_high_freq_factor", {"rope_scaling.high_freq_factor", NULL}},
+    {"rope_scaling_factor", {"rope_scaling.factor", "rope_parameters.factor", NULL}},
+    {"rope_low_freq_factor",
+     {"rope_scaling.low_freq_factor", "rope_parameters.low_freq_factor", NULL}},
+    {"rope_high_freq_factor",
+     {"rope_scaling.high_freq_factor", "rope_parameters.high_freq_factor", NULL}},
     {"rope_original_max_position_embeddings",
-     {"rope_scaling.original_max_position_embeddings", NULL}},
+     {"rope_scaling.original_max_position_embeddings",
+      "rope_parameters.original_max_position_embeddings", NULL}},
     {"rope_theta", {"rope_theta", "rope_parameters.rope_theta", NULL}},
+    {"num_experts", {"num_experts", "num_local_experts", NULL}}, /* Mixtral: num_local_experts */
+    {"moe_intermediate_size", {"moe_intermediate_size", "intermediate_size", NULL}}, /* Mixtral */
     {NULL, {NULL}},
 };
+
+/* ---- fields that change the math ---- */
+
+/* Members of a config that would make a model run other math than the
+ * families implement (dense GQA decoder, SiLU MLP without biases, full
+ * attention, bf16 weights). Each is refused when its value is other than
+ * the ones listed as harmless: null, false, 0, or the text given. */
+static const struct {
+  const char *field;
+  const char *harmless;    /* a string value that is fine, or NULL */
+  const char *implemented; /* the families that implement it, space-separated, or NULL */
+  const char *why;
+} math_fields[] = {
+    {"attention_bias", NULL, NULL, "biases on the q, k, v and o projections"},
+    {"mlp_bias", NULL, NULL, "biases on the MLP projections"},
+    {"hidden_act", "silu", NULL, "another MLP activation than silu"},
+    {"quantization_config", NULL, NULL, "quantized weights (the kernels read bf16 weights)"},
+    {"partial_rotary_factor", NULL, NULL, "rotary embedding on part of each head"},
+    {"attn_logit_softcapping", NULL, NULL, "soft-capped attention logits"},
+    {"query_pre_attn_scalar", NULL, NULL, "another attention scale than 1/sqrt(head_dim)"},
+    {"use_qk_norm", NULL, "qwen3 qwen3_moe", "an RMSNorm on q and k"},
+    {"num_experts", NULL, "qwen3_moe mixtral", "a mixture of experts"},
+    {"num_local_experts", NULL, "qwen3_moe mixtral", "a mixture of experts"},
+    {"num_experts_per_tok", NULL, "qwen3_moe mixtral", "a mixture of experts"},
+    {"moe_intermediate_size", NULL, "qwen3_moe mixtral", "a mixture of experts"},
+    {"n_routed_experts", NULL, NULL, "DeepSeek-style routed experts"},
+    {"n_shared_experts", NULL, NULL, "a shared expert"},
+    {"shared_expert_intermediate_size", NULL, NULL, "a shared expert"},
+    {NULL, NULL, NULL, NULL},
+};
+
+/* 1 when family is one of the space-separated names in list (NULL: none). */
+static int implements(const char *list, const char *family) {
+  size_t n = strlen(family);
+  for (const char *p = list; p && *p;) {
+    size_t len = strcspn(p, " ");
+    if (len == n && !strncmp(p, family, n))
+      return 1;
+    p += len + (p[len] == ' ');
+  }
+  return 0;
+}
+
+/* 1 when v says the feature is off: null, false, 0, or the harmless text. */
+static int harmless(const cJSON *v, const char *text) {
+  if (cJSON_IsNull(v) || cJSON_IsFalse(v))
+    return 1;
+  if (cJSON_IsNumber(v))
+    return v->valuedouble == 0;
+  if (cJSON_IsString(v))
+    return text && !strcmp(v->valuestring, text);
+  return 0;
+}
+
+/* A short text of a config value for messages. */
+static void show(const cJSON *v, char *buf, size_t n) {
+  if (cJSON_IsString(v)) {
+    snprintf(buf, n, "\"%.60s\"", v->valuestring);
+    return;
+  }
+  char *t = cJSON_PrintUnformatted(v);
+  snprintf(buf, n, "%.60s%s", t ? t : "?", t && strlen(t) > 60 ? "..." : "");
+  free(t);
+}
+
+/* rope_scaling (or rope_parameters): none, "default", or the Llama 3 rule
+ * when the family takes its fields; each member must be one imported. */
+static int check_rope(const char *in, const cJSON *cfg, const cJSON *fam, const char *family) {
+  static const char *const groups[] = {"rope_scaling", "rope_parameters", NULL};
+  static const char *const llama3_members[] = {
+      "rope_type",        "type",
+      "factor",           "low_freq_factor",
+      "high_freq_factor", "original_max_position_embeddings",
+      "rope_theta",       NULL};
+  const cJSON *opt = cJSON_GetObjectItemCaseSensitive(fam, "optional_fields");
+  int family_has_llama3 = cJSON_GetObjectItemCaseSensitive(opt, "rope_scaling_factor") != NULL;
+  int errors = 0;
+  for (int g = 0; groups[g]; g++) {
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, groups[g]);
+    if (!rs || cJSON_IsNull(rs))
+      continue;
+    if (!cJSON_IsObject(rs)) {
+      kf_error(in, groups[g], "must be an object or null, got %s", kf_json_type_name(rs));
+      errors++;
+      continue;
+    }
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    const char *tyname = "rope_type";
+    if (!ty) {
+      ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+      tyname = "type";
+    }
+    const char *t = cJSON_IsString(ty) ? ty->valuestring : NULL;
+    char *p = kf_xasprintf("%s.%s", groups[g], tyname);
+    int plain = t && !strcmp(t, "default");
+    int llama3 = t && !strcmp(t, "llama3");
+    if (!plain && !(llama3 && family_has_llama3)) {
+      char got[80];
+      if (ty)
+        show(ty, got, sizeof got);
+      else
+        snprintf(got, sizeof got, "nothing");
+      kf_error(in, p,
+               "family %s implements %s, got %s; a model with other rotary scaling (yarn, "
+               "linear, dynamic, longrope...) would run with the wrong positions",
+               family,
+               family_has_llama3 ? "no scaling or the Llama 3 rule (\"llama3\")" : "no scaling",
+               got);
+      errors++;
+    }
+    free(p);
+    for (const cJSON *m = rs->child; m; m = m->next) {
+      int known = 0;
+      for (int k = 0; llama3_members[k]; k++)
+        known |= !strcmp(m->string, llama3_members[k]);
+      if (!known && !harmless(m, NULL)) {
+        char *mp = kf_xasprintf("%s.%s", groups[g], m->string);
+        kf_error(in, mp, "family %s has no such rotary setting", family);
+        free(mp);
+        errors++;
+      }
+    }
+  }
+  return errors;
+}
+
+/* Every field of the config that changes the math and that the family does
+ * not implement, each reported at its name; returns their number. */
+static int check_math(const char *in, const cJSON *cfg, const cJSON *fam, const char *family) {
+  int errors = 0;
+  for (int i = 0; math_fields[i].field; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, math_fields[i].field);
+    if (!v || harmless(v, math_fields[i].harmless))
+      continue;
+    if (implements(math_fields[i].implemented, family))
+      continue;
+    char got[80];
+    show(v, got, sizeof got);
+    kf_error(in, math_fields[i].field, "family %s does not implement %s, got %s", family,
+             math_fields[i].why, got);
+    errors++;
+  }
+  /* torch_dtype (or dtype): the templates implement bf16 only */
+  for (int i = 0; i < 2; i++) {
+    const char *name = i ? "dtype" : "torch_dtype";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, name);
+    if (v && !(cJSON_IsString(v) && !strcmp(v->valuestring, "bfloat16"))) {
+      char got[80];
+      show(v, got, sizeof got);
+      kf_error(in, name, "the templates implement bfloat16 only, got %s", got);
+      errors++;
+    }
+  }
+  /* sliding-window attention: Qwen configs carry a window that
+   * use_sliding_window turns off; Mistral-style ones set it alone */
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(cfg, "sliding_window");
+  const cJSON *use = cJSON_GetObjectItemCaseSensitive(cfg, "use_sliding_window");
+  if (sw && !harmless(sw, NULL) && !cJSON_IsFalse(use)) {
+    char got[80];
+    show(sw, got, sizeof got);
+    kf_error(in, "sliding_window",
+             "family %s does not implement sliding-window attention, got %s%s", family, got,
+             use ? " with use_sliding_window true" : "");
+    errors++;
+  }
+  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(cfg, "layer_types");
+  int i = 0;
+  for (const cJSON *e = cJSON_IsArray(lt) ? lt->child : NULL; e; e = e->next, i++)
+    if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention") != 0) {
+      char got[80], *p = kf_xasprintf("layer_types[%d]", i);
+      show(e, got, sizeof got);
+      kf_error(in, p, "family %s implements full attention in every layer, got %s", family, got);
+      free(p);
+      errors++;
+      break;
+    }
+  return errors + check_rope(in, cfg, fam, family);
+}
 
 static const cJSON *lookup_path(const cJSON *root, const char *path) {
   char *copy = kf_xstrdup(path);
@@ -55,15 +245,11 @@ static const cJSON *lookup_path(const cJSON *root, const char *path) {
 
 static cJSON *convert_value(const char *field, const cJSON *v) {
   if (!strcmp(field, "dtype") && cJSON_IsString(v)) {
-    const char *s = v->valuestring;
-    if (!strcmp(s, "bfloat16"))
-      s = "bf16";
-    else if (!strcmp(s, "float16"))
-      s = "fp16";
-    else if (!strcmp(s, "float32"))
-      s = "fp32";
-    return cJSON_CreateString(s);
+    /* check_math lets bfloat16 alone through */
+    return cJSON_CreateString(!strcmp(v->valuestring, "bfloat16") ? "bf16" : v->valuestring);
   }
+  if (cJSON_IsBool(v)) /* norm_topk_prob: true, as the families' 0 / 1 */
+    return cJSON_CreateNumber(cJSON_IsTrue(v) ? 1 : 0);
   return cJSON_Duplicate(v, 1);
 }
 
@@ -184,33 +370,8 @@ static char *copy_tuning(const char *models_dir, const char *family, const cJSON
   return from;
 }
 
-int kf_cmd_import_hf(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *name = NULL, *fam_dir = kf_default_families_dir();
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      fputs(usage, stdout);
-      return 0;
-    } else if (!strcmp(a, "-o") && i + 1 < argc)
-      out = argv[++i];
-    else if (!strcmp(a, "--name") && i + 1 < argc)
-      name = argv[++i];
-    else if (!strcmp(a, "--families") && i + 1 < argc)
-      fam_dir = argv[++i];
-    else if (a[0] != '-' && !in)
-      in = a;
-    else {
-      kf_usage_error(usage, "unexpected argument '%s'", a);
-      return 2;
-    }
-  }
-  if (!in) {
-    kf_usage_error(usage, "no config.json given");
-    return 2;
-  }
-  cJSON *cfg = kf_json_load(in, in);
-  if (!cfg)
-    return 2;
+int kf_import_hf_convert(const cJSON *cfg, const char *in, const char *fam_dir, const char *name,
+                         cJSON **desc_out, cJSON **fam_out) {
   int rc = 2;
   cJSON *desc = NULL, *fam = NULL;
   char *fam_path = NULL, *model_name = NULL;
@@ -220,14 +381,31 @@ int kf_cmd_import_hf(int argc, char **argv) {
     if (!strcmp(families[i].model_type, mt->valuestring))
       family = families[i].family;
   if (!family) {
-    kf_error(in, "model_type", "no kforge family for model_type %s%s%s (supported: llama, qwen3)",
+    kf_error(in, "model_type",
+             "no kforge family for model_type %s%s%s (supported: llama, qwen3, qwen3_moe, mixtral)",
              cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "(missing)",
              cJSON_IsString(mt) ? "\"" : "");
+    goto done;
+  }
+  /* Qwen3-MoE configs can make some layers dense; the qwen3_moe family's
+   * layers are all mixtures of experts */
+  const cJSON *step = cJSON_GetObjectItemCaseSensitive(cfg, "decoder_sparse_step");
+  const cJSON *dense = cJSON_GetObjectItemCaseSensitive(cfg, "mlp_only_layers");
+  if (step && !(cJSON_IsNumber(step) && step->valuedouble == 1)) {
+    kf_error(in, "decoder_sparse_step",
+             "only 1 is supported (every layer a mixture of experts; family %s)", family);
+    goto done;
+  }
+  if (dense && !(cJSON_IsArray(dense) && cJSON_GetArraySize(dense) == 0)) {
+    kf_error(in, "mlp_only_layers",
+             "dense layers among the experts' are not supported (family %s): must be []", family);
     goto done;
   }
   fam_path = kf_xasprintf("%s/%s.json", fam_dir, family);
   fam = kf_json_load(fam_path, fam_path);
   if (!fam)
+    goto done;
+  if (kf_json_check_unique(in, "", cfg) || check_math(in, cfg, fam, family))
     goto done;
   model_name = name ? kf_xstrdup(name) : name_from(cfg, in);
   desc = cJSON_CreateObject();
@@ -264,6 +442,55 @@ int kf_cmd_import_hf(int argc, char **argv) {
   }
   if (missing)
     goto done;
+  rc = 0;
+done:
+  if (rc == 0) {
+    *desc_out = desc;
+    *fam_out = fam;
+  } else {
+    cJSON_Delete(desc);
+    cJSON_Delete(fam);
+  }
+  free(fam_path);
+  free(model_name);
+  return rc;
+}
+
+int kf_cmd_import_hf(int argc, char **argv) {
+  const char *in = NULL, *out = NULL, *name = NULL, *fam_dir = kf_default_families_dir();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (!strcmp(a, "-o") && i + 1 < argc)
+      out = argv[++i];
+    else if (!strcmp(a, "--name") && i + 1 < argc)
+      name = argv[++i];
+    else if (!strcmp(a, "--families") && i + 1 < argc)
+      fam_dir = argv[++i];
+    else if (a[0] != '-' && !in)
+      in = a;
+    else {
+      kf_usage_error(usage, "unexpected argument '%s'", a);
+      return 2;
+    }
+  }
+  if (!in) {
+    kf_usage_error(usage, "no config.json given");
+    return 2;
+  }
+  cJSON *cfg = kf_json_load(in, in);
+  if (!cfg)
+    return 2;
+  cJSON *desc = NULL, *fam = NULL;
+  int rc = kf_import_hf_convert(cfg, in, fam_dir, name, &desc, &fam);
+  if (rc != 0)
+    goto done;
+  rc = 2;
+  const char *family = cJSON_GetObjectItemCaseSensitive(desc, "family")->valuestring;
+  const char *model_name = cJSON_GetObjectItemCaseSensitive(desc, "name")->valuestring;
+  cJSON *shape = cJSON_GetObjectItemCaseSensitive(desc, "shape");
   char *fam_trimmed = kf_xstrndup(fam_dir, len_without_slashes(fam_dir)); /* models/families/ */
   char *models_dir = kf_path_dirname(fam_trimmed);
   free(fam_trimmed);
@@ -293,7 +520,5 @@ done:
   cJSON_Delete(cfg);
   cJSON_Delete(fam);
   cJSON_Delete(desc);
-  free(fam_path);
-  free(model_name);
   return rc;
 }

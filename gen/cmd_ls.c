@@ -41,7 +41,7 @@ typedef struct {
 static void collect_entry(const char *key, void *ctx) {
   collect_ctx *cc = ctx;
   kf_entry_list *l = cc->l;
-  l->v = kf_xrealloc(l->v, (l->n + 1) * sizeof *l->v);
+  l->v = kf_xpush(l->v, l->n, sizeof *l->v);
   kf_entry_info *e = &l->v[l->n++];
   memset(e, 0, sizeof *e);
   memcpy(e->key, key, 33);

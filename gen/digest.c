@@ -26,7 +26,7 @@
 /* ---- records ---- */
 
 void kf_records_add(kf_records *r, const char *tag, const char *name, const char *value) {
-  r->v = kf_xrealloc(r->v, (r->n + 1) * sizeof *r->v);
+  r->v = kf_xpush(r->v, r->n, sizeof *r->v);
   r->v[r->n].tag = kf_xstrdup(tag);
   r->v[r->n].name = kf_xstrdup(name);
   r->v[r->n].value = kf_xstrdup(value);
@@ -445,7 +445,7 @@ static void visit_inclusion(CXFile included, CXSourceLocation *stack, unsigned d
     return;
   }
   hash_file_tokens(w->tu, included, cf.tokens);
-  w->c->files = kf_xrealloc(w->c->files, (w->c->nfiles + 1) * sizeof *w->c->files);
+  w->c->files = kf_xpush(w->c->files, w->c->nfiles, sizeof *w->c->files);
   w->c->files[w->c->nfiles++] = cf;
 }
 
@@ -739,7 +739,7 @@ static int deps_load(kf_digest *d, const char *path, const char *source_raw, clo
     cf.path = kf_xstrdup(p->valuestring);
     cf.name = kf_xstrdup(n->valuestring);
     memcpy(cf.tokens, t->valuestring, 33);
-    c->files = kf_xrealloc(c->files, (c->nfiles + 1) * sizeof *c->files);
+    c->files = kf_xpush(c->files, c->nfiles, sizeof *c->files);
     c->files[c->nfiles++] = cf;
     closure_file *cur = &c->files[c->nfiles - 1];
     long long size, mtime;
@@ -747,7 +747,7 @@ static int deps_load(kf_digest *d, const char *path, const char *source_raw, clo
       goto out; /* a closure file vanished */
     cur->size = size;
     cur->mtime_ns = mtime;
-    if (size == (long long)sz->valuedouble && mtime == strtoll(mt->valuestring, NULL, 10))
+    if (size == kf_i64_of_double(sz->valuedouble) && mtime == strtoll(mt->valuestring, NULL, 10))
       continue;
     /* touched: re-tokenise this file alone (once per run: many sources
      * share a header); same tokens, same closure */
@@ -763,6 +763,16 @@ out:
   cJSON_Delete(root);
   if (!ok)
     closure_free(c);
+  return ok;
+}
+
+int kf_digest_deps_check(const char *path, const char *source_raw) {
+  kf_digest *d = kf_digest_new(NULL, 0);
+  closure c = {0};
+  int dirty = 0;
+  int ok = deps_load(d, path, source_raw, &c, &dirty);
+  closure_free(&c);
+  kf_digest_free(d);
   return ok;
 }
 

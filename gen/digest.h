@@ -59,4 +59,10 @@ int kf_digest_instance(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
                        const kf_compile_setup *cs, kf_records *out, char key[33], int *reparsed,
                        char **err);
 
+/* Reads the dependency record at path as a no-op build does, for a source
+ * whose raw hash is source_raw (32 hex digits), and checks it against the
+ * file system. Returns 1 when it still holds, 0 when the source would be
+ * re-parsed (unreadable, malformed or stale record). For the fuzzer. */
+int kf_digest_deps_check(const char *path, const char *source_raw);
+
 #endif /* KF_DIGEST_H */

@@ -43,6 +43,53 @@ static void skip_ws(parser *ps) {
 
 static kf_value parse_sum(parser *ps);
 
+/* min(a, b, ...) / max(a, b, ...) (is_max), at least two arguments; the
+ * result is a float when any argument is. open points at the '('. */
+static kf_value parse_min_max(parser *ps, const char *open, int is_max) {
+  kf_value best = {0, 0, 0};
+  if (ps->depth >= EXPR_MAX_DEPTH) {
+    fail(ps, "nested deeper than %s levels", KF_STR(EXPR_MAX_DEPTH));
+    return best;
+  }
+  ps->p = open + 1;
+  ps->depth++;
+  int n = 0;
+  for (;;) {
+    kf_value v = parse_sum(ps);
+    if (ps->failed)
+      break;
+    if (n == 0) {
+      best = v;
+    } else {
+      const int any_float = best.is_float || v.is_float;
+      const double x = kf_value_as_double(best), y = kf_value_as_double(v);
+      const int take =
+          is_max ? (any_float ? y > x : v.i > best.i) : (any_float ? y < x : v.i < best.i);
+      if (any_float) {
+        best.f = take ? y : x;
+        best.is_float = 1;
+      } else if (take) {
+        best = v;
+      }
+    }
+    n++;
+    skip_ws(ps);
+    if (*ps->p == ',') {
+      ps->p++;
+      continue;
+    }
+    if (*ps->p != ')')
+      fail(ps, "expected ',' or ')'%s", "");
+    else
+      ps->p++;
+    break;
+  }
+  ps->depth--;
+  if (!ps->failed && n < 2)
+    fail(ps, "%s() takes at least two arguments", is_max ? "max" : "min");
+  return best;
+}
+
 static kf_value parse_atom(parser *ps) {
   kf_value v = {0, 0, 0};
   skip_ws(ps);
@@ -119,6 +166,11 @@ static kf_value parse_atom(parser *ps) {
       n = sizeof name - 1;
     memcpy(name, start, n);
     name[n] = '\0';
+    const char *after = ps->p;
+    while (*after == ' ' || *after == '\t')
+      after++;
+    if (*after == '(' && (!strcmp(name, "min") || !strcmp(name, "max")))
+      return parse_min_max(ps, after, name[1] == 'a');
     if (!ps->lookup || ps->lookup(ps->ctx, name, &v) != 0) {
       ps->p = start;
       fail(ps, "unknown name '%s'", name);

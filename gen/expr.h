@@ -1,7 +1,8 @@
 /* expr.h: integer/float expressions in descriptions and template schemas,
  * e.g. "(num_attention_heads + 2*num_key_value_heads) * head_dim".
  *
- * Grammar: numbers, names, + - * / %, unary minus, parentheses. Integer
+ * Grammar: numbers, names, + - * / %, unary minus, parentheses, min(a, b,
+ * ...) and max(a, b, ...). Integer
  * arithmetic is exact (int64, overflow is an error); an operation with a float
  * operand is done in double. */
 #ifndef KF_EXPR_H

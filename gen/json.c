@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 /* Finding where a syntax error is. cJSON says only that parsing failed and
  * roughly where it stopped (often inside the token after the mistake), so
@@ -217,19 +218,39 @@ cJSON *kf_json_load(const char *path, const char *display) {
   return root;
 }
 
+unsigned char *kf_json_duplicates(const cJSON *obj, size_t *n) {
+  size_t count = 0;
+  for (const cJSON *m = obj->child; m; m = m->next)
+    count++;
+  unsigned char *dup = kf_xcalloc(count ? count : 1, 1);
+  *n = 0;
+  /* open addressing, at most half full: linear in the number of members
+   * (100k shape fields must not take seconds) */
+  size_t size = 16;
+  while (size < 2 * count)
+    size *= 2;
+  const char **table = kf_xcalloc(size, sizeof *table);
+  size_t i = 0;
+  for (const cJSON *m = obj->child; m; m = m->next, i++) {
+    const char *name = m->string ? m->string : "";
+    size_t h = (size_t)XXH3_64bits(name, strlen(name)) & (size - 1);
+    while (table[h] && strcmp(table[h], name) != 0)
+      h = (h + 1) & (size - 1);
+    if (table[h]) {
+      dup[i] = 1;
+      (*n)++;
+    } else {
+      table[h] = name;
+    }
+  }
+  free(table);
+  return dup;
+}
+
 int kf_json_check_members(const char *display, const char *path, const cJSON *obj,
                           const char *const *allowed) {
-  int problems = 0;
+  int problems = kf_json_check_unique(display, path, obj);
   for (const cJSON *m = obj->child; m; m = m->next) {
-    for (const cJSON *o = obj->child; o != m; o = o->next) {
-      if (strcmp(o->string, m->string) == 0) {
-        char *p = *path ? kf_xasprintf("%s.%s", path, m->string) : kf_xstrdup(m->string);
-        kf_error(display, p, "duplicate member \"%s\"", m->string);
-        free(p);
-        problems++;
-        break;
-      }
-    }
     int ok = 0;
     const char *best = NULL;
     size_t best_d = (size_t)-1;
@@ -259,6 +280,24 @@ int kf_json_check_members(const char *display, const char *path, const cJSON *ob
     free(p);
   }
   return problems;
+}
+
+int kf_json_check_unique(const char *display, const char *path, const cJSON *obj) {
+  if (!obj)
+    return 0;
+  size_t ndup;
+  unsigned char *dup = kf_json_duplicates(obj, &ndup);
+  size_t i = 0;
+  for (const cJSON *m = obj->child; m; m = m->next, i++) {
+    if (!dup[i])
+      continue;
+    const char *name = m->string ? m->string : "";
+    char *p = path && *path ? kf_xasprintf("%s.%s", path, name) : kf_xstrdup(name);
+    kf_error(display, p, "duplicate member \"%s\"", name);
+    free(p);
+  }
+  free(dup);
+  return (int)ndup;
 }
 
 char *kf_json_dup_string(const cJSON *obj, const char *name) {

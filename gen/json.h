@@ -19,6 +19,15 @@ cJSON *kf_json_parse(const char *text, size_t len, const char *display);
 int kf_json_check_members(const char *display, const char *path, const cJSON *obj,
                           const char *const *allowed);
 
+/* Which members of obj repeat the name of an earlier member: an array with
+ * one flag per member, in order (caller frees), their number in *n. Linear
+ * time, for objects of any size. */
+unsigned char *kf_json_duplicates(const cJSON *obj, size_t *n);
+/* Checks that no member of obj repeats (linear: a config may hold many).
+ * Reports each repeat after the first at "path.name" and returns their
+ * number. */
+int kf_json_check_unique(const char *display, const char *path, const cJSON *obj);
+
 /* A copy of obj's string member name (caller frees), or NULL when it is
  * absent or not a string. */
 char *kf_json_dup_string(const cJSON *obj, const char *name);

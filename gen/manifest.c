@@ -30,7 +30,7 @@ kf_manifest_signature *kf_manifest_signature_of(const kf_manifest *m, const char
 }
 
 kf_manifest_signature *kf_manifest_add_signature(kf_manifest *m, const char *kind) {
-  m->signatures = kf_xrealloc(m->signatures, (m->nsignatures + 1) * sizeof *m->signatures);
+  m->signatures = kf_xpush(m->signatures, m->nsignatures, sizeof *m->signatures);
   kf_manifest_signature *s = &m->signatures[m->nsignatures++];
   memset(s, 0, sizeof *s);
   s->kind = kf_xstrdup(kind);
@@ -38,7 +38,7 @@ kf_manifest_signature *kf_manifest_add_signature(kf_manifest *m, const char *kin
 }
 
 void kf_manifest_add_param(kf_manifest_signature *s, const char *name, const char *type, int size) {
-  s->params = kf_xrealloc(s->params, (s->nparams + 1) * sizeof *s->params);
+  s->params = kf_xpush(s->params, s->nparams, sizeof *s->params);
   kf_manifest_param *p = &s->params[s->nparams++];
   p->name = kf_xstrdup(name);
   p->type = kf_xstrdup(type);
@@ -46,7 +46,7 @@ void kf_manifest_add_param(kf_manifest_signature *s, const char *name, const cha
 }
 
 static kf_manifest_kernel *new_kernel(kf_manifest *m) {
-  m->kernels = kf_xrealloc(m->kernels, (m->nkernels + 1) * sizeof *m->kernels);
+  m->kernels = kf_xpush(m->kernels, m->nkernels, sizeof *m->kernels);
   kf_manifest_kernel *k = &m->kernels[m->nkernels++];
   memset(k, 0, sizeof *k);
   for (int d = 0; d < 3; d++)
@@ -104,6 +104,18 @@ static cJSON *kernel_json(const kf_manifest_kernel *k) {
     cJSON_AddNumberToObject(launch, "max_blocks_per_sm", (double)l->max_blocks_per_sm);
   if (l->cluster[0] * l->cluster[1] * l->cluster[2] > 1)
     add_dims(launch, "cluster", l->cluster);
+  if (l->cooperative)
+    cJSON_AddTrueToObject(launch, "cooperative");
+  if (k->nbuffers) {
+    cJSON *bufs = cJSON_AddArrayToObject(e, "buffers");
+    for (size_t i = 0; i < k->nbuffers; i++) {
+      cJSON *b = cJSON_CreateObject();
+      cJSON_AddStringToObject(b, "arg", k->buffers[i].arg);
+      cJSON_AddNumberToObject(b, "bytes", (double)k->buffers[i].bytes);
+      cJSON_AddStringToObject(b, "init", k->buffers[i].zero_once ? "zero_once" : "none");
+      cJSON_AddItemToArray(bufs, b);
+    }
+  }
   return e;
 }
 
@@ -159,11 +171,32 @@ static void load_launch(const cJSON *l, kf_manifest_launch *out) {
   out->has_dims = get_dims(l, "grid", out->grid) & get_dims(l, "block", out->block);
   get_dims(l, "cluster", out->cluster);
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(l, "shared_bytes");
-  out->shared_bytes = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+  out->shared_bytes = cJSON_IsNumber(v) ? kf_i64_of_double(v->valuedouble) : 0;
   v = cJSON_GetObjectItemCaseSensitive(l, "max_blocks_per_sm");
-  out->max_blocks_per_sm = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+  out->max_blocks_per_sm = cJSON_IsNumber(v) ? kf_i64_of_double(v->valuedouble) : 0;
   out->programmatic = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "programmatic"));
   out->one_wave = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "one_wave"));
+  out->cooperative = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "cooperative"));
+}
+
+void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t bytes, int zero_once) {
+  k->buffers = kf_xpush(k->buffers, k->nbuffers, sizeof *k->buffers);
+  kf_manifest_buffer *b = &k->buffers[k->nbuffers++];
+  b->arg = kf_xstrdup(arg);
+  b->bytes = bytes;
+  b->zero_once = zero_once;
+}
+
+/* "buffers": an element whose arg is not a string is kept with arg NULL. */
+static void load_buffers(kf_manifest_kernel *k, const cJSON *bufs) {
+  for (const cJSON *b = cJSON_IsArray(bufs) ? bufs->child : NULL; b; b = b->next) {
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(b, "bytes");
+    const cJSON *init = cJSON_GetObjectItemCaseSensitive(b, "init");
+    kf_manifest_add_buffer(k, "", cJSON_IsNumber(bytes) ? (int64_t)bytes->valuedouble : 0,
+                           cJSON_IsString(init) && !strcmp(init->valuestring, "zero_once"));
+    free(k->buffers[k->nbuffers - 1].arg);
+    k->buffers[k->nbuffers - 1].arg = kf_json_dup_string(b, "arg");
+  }
 }
 
 static void load_kernel(kf_manifest *m, const cJSON *o) {
@@ -179,8 +212,9 @@ static void load_kernel(kf_manifest *m, const cJSON *o) {
   k->width = cJSON_IsNumber(v) ? v->valueint : 0;
   v = cJSON_GetObjectItemCaseSensitive(o, "size");
   k->has_size = cJSON_IsNumber(v);
-  k->size = k->has_size ? (int64_t)v->valuedouble : 0;
+  k->size = k->has_size ? kf_i64_of_double(v->valuedouble) : 0;
   load_launch(cJSON_GetObjectItemCaseSensitive(o, "launch"), &k->launch);
+  load_buffers(k, cJSON_GetObjectItemCaseSensitive(o, "buffers"));
 }
 
 static void load_signatures(kf_manifest *m, const cJSON *sigs) {
@@ -249,6 +283,9 @@ void kf_manifest_free(kf_manifest *m) {
     free(k->meta);
     free(k->checksum);
     free(k->symbol);
+    for (size_t b = 0; b < k->nbuffers; b++)
+      free(k->buffers[b].arg);
+    free(k->buffers);
   }
   free(m->kernels);
   memset(m, 0, sizeof *m);

@@ -29,7 +29,16 @@ typedef struct {
   int one_wave;
   int64_t max_blocks_per_sm; /* 0: no cap (not written) */
   int64_t cluster[3];        /* {1, 1, 1}: no cluster (not written) */
+  int cooperative;           /* every block resident at once (not written when 0) */
 } kf_manifest_launch;
+
+/* A buffer the kernel takes besides its operands (the schema's "buffers",
+ * sized for the kernel's width). */
+typedef struct {
+  char *arg; /* the parameter it is passed as */
+  int64_t bytes;
+  int zero_once; /* zeroed once when allocated ("init": "zero_once"), else "none" */
+} kf_manifest_buffer;
 
 /* One kernel. A loaded manifest keeps every record of its "kernels" array in
  * order; a string member that is absent or not a string is NULL. */
@@ -45,6 +54,8 @@ typedef struct {
   int64_t size; /* the object's bytes */
   char *symbol;
   kf_manifest_launch launch;
+  kf_manifest_buffer *buffers; /* "buffers" (not written when there are none) */
+  size_t nbuffers;
 } kf_manifest_kernel;
 
 typedef struct {
@@ -70,6 +81,9 @@ void kf_manifest_add_param(kf_manifest_signature *s, const char *name, const cha
 kf_manifest_kernel *kf_manifest_add_kernel(kf_manifest *m, const char *id, const char *kind,
                                            int width, const char *key, const char *object_name,
                                            const char *checksum, int64_t size, const char *symbol);
+
+/* Appends a buffer to k (arg copied). */
+void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t bytes, int zero_once);
 
 /* Writes m to path (creating its directory), replacing the old file
  * atomically and only when the bytes differ. Returns 0, or -1 with errno set

@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ typedef struct {
   int errors;
   kf_template **templates; /* loaded schemas, shared by kernels */
   size_t ntemplates;
+  const cJSON *shape; /* the description's "shape" object */
 } loader;
 
 /* The schema of template `name`: loaded once per description from the
@@ -60,15 +62,32 @@ static kf_template *find_template(loader *L, const kf_model *m, const char *name
   kf_strv_free(&dirs);
   if (!t)
     return NULL;
-  L->templates = kf_xrealloc(L->templates, (L->ntemplates + 1) * sizeof *L->templates);
+  L->templates = kf_xpush(L->templates, L->ntemplates, sizeof *L->templates);
   L->templates[L->ntemplates++] = t;
   return t;
 }
 
 /* ---- shape lookup for expressions ---- */
 
+/* A parameter value's place: where it is written, and, for a kernel of the
+ * family, the first shape field of the description the expression read (a
+ * problem there is the description's to fix, so it is reported there). */
+typedef struct {
+  const kf_model *m;
+  const char *file;       /* the description or the family file */
+  const char *path;       /* kernels[i].params.NAME */
+  const cJSON *given;     /* the description's "shape" object, for family kernels */
+  const char *first_read; /* first member of given the expression read */
+} value_place;
+
 static int shape_lookup(void *ctx, const char *name, kf_value *out) {
-  const kf_model *m = ctx;
+  value_place *vp = ctx;
+  const kf_model *m = vp->m;
+  if (vp->given && !vp->first_read) {
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(vp->given, name);
+    if (g)
+      vp->first_read = g->string;
+  }
   for (size_t i = 0; i < m->nshape; i++) {
     if (strcmp(m->shape[i].name, name) == 0 && !m->shape[i].is_string) {
       *out = m->shape[i].value;
@@ -78,10 +97,31 @@ static int shape_lookup(void *ctx, const char *name, kf_value *out) {
   return -1;
 }
 
+/* Reports a problem of one parameter value. A value of a family's kernel is
+ * reported in the description that chose the family, at the shape field its
+ * expression read (else at "family"), with the family file's place in the
+ * message. */
+static void __attribute__((format(printf, 3, 4)))
+value_error(loader *L, const value_place *vp, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  L->errors++;
+  if (!vp->given) {
+    kf_error(vp->file, vp->path, "%s", msg);
+    return;
+  }
+  char *at = vp->first_read ? kf_xasprintf("shape.%s", vp->first_read) : kf_xstrdup("family");
+  kf_error(L->display, at, "%s: %s: %s (family %s)", vp->file, vp->path, msg, vp->m->family);
+  free(at);
+}
+
 /* ---- kernels ---- */
 
-static void check_value(loader *L, const char *file, const char *path, const kf_param_spec *ps,
-                        kf_value v, const char *expr) {
+static void check_value(loader *L, const value_place *vp, const kf_param_spec *ps, kf_value v,
+                        const char *expr) {
   char got[64];
   kf_value_format(v, got, sizeof got);
   char from[256] = "";
@@ -89,36 +129,27 @@ static void check_value(loader *L, const char *file, const char *path, const kf_
     snprintf(from, sizeof from, " (from \"%.200s\")", expr);
   if (!ps->is_float && v.is_float) {
     if (v.f != floor(v.f)) {
-      kf_error(file, path, "must be an integer, got %s%s", got, from);
-      L->errors++;
+      value_error(L, vp, "must be an integer, got %s%s", got, from);
       return;
     }
   }
   double d = kf_value_as_double(v);
   /* the generated source declares int params as int and float as float */
   if (!ps->is_float && (d < -2147483648.0 || d > 2147483647.0)) {
-    kf_error(file, path, "must fit in a 32-bit int, got %s%s", got, from);
-    L->errors++;
+    value_error(L, vp, "must fit in a 32-bit int, got %s%s", got, from);
     return;
   }
   if (ps->is_float && (d > FLT_MAX || d < -FLT_MAX)) {
-    kf_error(file, path, "is beyond the range of a float, got %s%s", got, from);
-    L->errors++;
+    value_error(L, vp, "is beyond the range of a float, got %s%s", got, from);
     return;
   }
-  if (ps->has_min && d < ps->min) {
-    kf_error(file, path, "must be at least %g, got %s%s", ps->min, got, from);
-    L->errors++;
-  }
-  if (ps->has_max && d > ps->max) {
-    kf_error(file, path, "must be at most %g, got %s%s", ps->max, got, from);
-    L->errors++;
-  }
-  if (!ps->is_float && ps->multiple_of > 0 && (int64_t)d % ps->multiple_of != 0) {
-    kf_error(file, path, "must be a multiple of %lld, got %s%s", (long long)ps->multiple_of, got,
-             from);
-    L->errors++;
-  }
+  if (ps->has_min && d < ps->min)
+    value_error(L, vp, "must be at least %g, got %s%s", ps->min, got, from);
+  if (ps->has_max && d > ps->max)
+    value_error(L, vp, "must be at most %g, got %s%s", ps->max, got, from);
+  if (!ps->is_float && ps->multiple_of > 0 && (int64_t)d % ps->multiple_of != 0)
+    value_error(L, vp, "must be a multiple of %lld, got %s%s", (long long)ps->multiple_of, got,
+                from);
   if (ps->n_one_of) {
     int ok = 0;
     kf_buf list = {0};
@@ -127,10 +158,8 @@ static void check_value(loader *L, const char *file, const char *path, const kf_
         ok = 1;
       kf_buf_printf(&list, "%s%lld", i ? ", " : "", (long long)ps->one_of[i]);
     }
-    if (!ok) {
-      kf_error(file, path, "must be one of %s, got %s%s", list.data, got, from);
-      L->errors++;
-    }
+    if (!ok)
+      value_error(L, vp, "must be one of %s, got %s%s", list.data, got, from);
     kf_buf_free(&list);
   }
 }
@@ -160,8 +189,8 @@ static void check_unknown_params(loader *L, const char *file, const char *path,
 
 /* One parameter's value: a number, or an expression over the shape fields,
  * checked against its spec. *out is left alone when there is none. */
-static void parse_param_value(loader *L, kf_model *m, const char *file, const char *path,
-                              const kf_param_spec *ps, const cJSON *v, kf_value *out) {
+static void parse_param_value(loader *L, value_place *vp, const kf_param_spec *ps, const cJSON *v,
+                              kf_value *out) {
   if (cJSON_IsNumber(v)) {
     kf_value val = {0, 0, 0};
     if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9e15 && !ps->is_float)
@@ -170,22 +199,22 @@ static void parse_param_value(loader *L, kf_model *m, const char *file, const ch
       val.is_float = 1;
       val.f = v->valuedouble;
     }
-    check_value(L, file, path, ps, val, NULL);
+    check_value(L, vp, ps, val, NULL);
     *out = val;
   } else if (cJSON_IsString(v)) {
     kf_value val;
     char err[256];
-    if (kf_expr_eval(v->valuestring, shape_lookup, m, &val, err, sizeof err) != 0) {
-      kf_error(file, path, "%s", err);
-      L->errors++;
+    if (kf_expr_eval(v->valuestring, shape_lookup, vp, &val, err, sizeof err) != 0) {
+      value_error(L, vp, "%s", err);
     } else {
-      check_value(L, file, path, ps, val, v->valuestring);
+      check_value(L, vp, ps, val, v->valuestring);
       if (!ps->is_float && val.is_float)
-        val = (kf_value){0, (int64_t)val.f, 0};
+        val = (kf_value){0, kf_i64_of_double(val.f), 0};
       *out = val;
     }
   } else {
-    kf_error(file, path, "must be a number or an expression string, got %s", kf_json_type_name(v));
+    kf_error(vp->file, vp->path, "must be a number or an expression string, got %s",
+             kf_json_type_name(v));
     L->errors++;
   }
 }
@@ -195,6 +224,11 @@ static void parse_param_value(loader *L, kf_model *m, const char *file, const ch
 static void parse_kernel_params(loader *L, kf_model *m, const char *file, const char *path,
                                 kf_kernel_desc *k, const cJSON *params) {
   k->values = kf_xcalloc(k->tmpl->nparams ? k->tmpl->nparams : 1, sizeof(kf_value));
+  if (params) {
+    char *pp = kf_xasprintf("%s.params", path);
+    L->errors += kf_json_check_unique(file, pp, params);
+    free(pp);
+  }
   check_unknown_params(L, file, path, k, params);
   for (size_t i = 0; i < k->tmpl->nparams; i++) {
     const kf_param_spec *ps = &k->tmpl->params[i];
@@ -204,7 +238,8 @@ static void parse_kernel_params(loader *L, kf_model *m, const char *file, const 
       kf_error(file, p, "missing parameter %s of template %s", ps->name, k->tmpl->name);
       L->errors++;
     } else {
-      parse_param_value(L, m, file, p, ps, v, &k->values[i]);
+      value_place vp = {m, file, p, strcmp(file, L->display) ? L->shape : NULL, NULL};
+      parse_param_value(L, &vp, ps, v, &k->values[i]);
     }
     if (ps->is_float && !k->values[i].is_float)
       k->values[i] = (kf_value){1, 0, (double)k->values[i].i};
@@ -229,7 +264,8 @@ static const char *kernel_name_member(loader *L, const char *file, const char *p
 /* Parses one kernel entry (from the description or its family) into k. */
 static int parse_kernel(loader *L, kf_model *m, const char *file, const char *path,
                         const cJSON *obj, kf_kernel_desc *k) {
-  static const char *const members[] = {"kind", "template", "params", "description", NULL};
+  static const char *const members[] = {"kind",        "template", "params",
+                                        "description", "limits",   NULL};
   int before = L->errors;
   if (!cJSON_IsObject(obj)) {
     kf_error(file, path, "must be an object, got %s", kf_json_type_name(obj));
@@ -261,6 +297,10 @@ static int parse_kernel(loader *L, kf_model *m, const char *file, const char *pa
     return -1;
   }
   parse_kernel_params(L, m, file, path, k, params);
+  p = kf_xasprintf("%s.limits", path);
+  L->errors += kf_limits_parse(k->source_file, p, cJSON_GetObjectItemCaseSensitive(obj, "limits"),
+                               &k->limits);
+  free(p);
   return L->errors == before ? 0 : -1;
 }
 
@@ -350,7 +390,7 @@ static const char *family_field_type(const family *f, const char *name, const cJ
 }
 
 static void add_shape(kf_model *m, const char *name, const cJSON *v) {
-  m->shape = kf_xrealloc(m->shape, (m->nshape + 1) * sizeof *m->shape);
+  m->shape = kf_xpush(m->shape, m->nshape, sizeof *m->shape);
   kf_shape_field *s = &m->shape[m->nshape++];
   memset(s, 0, sizeof *s);
   s->name = kf_xstrdup(name);
@@ -416,14 +456,12 @@ static void report_unknown_field(loader *L, const kf_model *m, const family *f, 
 
 /* One member e of "shape": typed by the family when there is one, else any
  * number, string or boolean. */
-static void parse_shape_field(loader *L, kf_model *m, const cJSON *shape, const cJSON *e,
-                              const family *f) {
+static void parse_shape_field(loader *L, kf_model *m, const cJSON *e, int dup, const family *f) {
   char *p = kf_xasprintf("shape.%s", e->string);
-  for (const cJSON *o = shape->child; o != e; o = o->next)
-    if (!strcmp(o->string, e->string)) {
-      kf_error(L->display, p, "duplicate member \"%s\"", e->string);
-      L->errors++;
-    }
+  if (dup) {
+    kf_error(L->display, p, "duplicate member \"%s\"", e->string);
+    L->errors++;
+  }
   if (!valid_name(e->string, 0) || strchr(e->string, '-')) {
     kf_error(L->display, p, "field names are lower-case identifiers");
     L->errors++;
@@ -478,8 +516,11 @@ static void parse_shape(loader *L, kf_model *m, const cJSON *shape, const family
     L->errors++;
     return;
   }
-  for (const cJSON *e = shape->child; e; e = e->next)
-    parse_shape_field(L, m, shape, e, f);
+  size_t ndup, i = 0;
+  unsigned char *dup = kf_json_duplicates(shape, &ndup);
+  for (const cJSON *e = shape->child; e; e = e->next, i++)
+    parse_shape_field(L, m, e, dup[i], f);
+  free(dup);
   if (f && f->root)
     apply_family_fields(L, m, shape, f);
 }
@@ -536,8 +577,9 @@ static void parse_widths(loader *L, kf_model *m, const cJSON *w) {
 }
 
 static void check_arch(loader *L, const char *file, const char *path, const char *arch) {
-  if (!kf_arch_known(arch)) {
-    kf_error(file, path, "unknown arch \"%s\"; known: %s", arch, kf_arch_known_list());
+  char why[1024];
+  if (kf_arch_check(arch, why, sizeof why) != 0) {
+    kf_error(file, path, "%s", why);
     L->errors++;
   }
 }
@@ -654,9 +696,9 @@ static void parse_family(loader *L, kf_model *m, const cJSON *f, family *fam) {
  * name, family, shape (typed by the family), widths, arches, template_dirs,
  * include_dirs. */
 static void read_description(loader *L, kf_model *m, const cJSON *root, family *fam) {
-  static const char *const members[] = {"name",        "family",  "shape",        "widths",
-                                        "arches",      "kernels", "include_dirs", "template_dirs",
-                                        "description", NULL};
+  static const char *const members[] = {
+      "name",         "family",        "shape",       "widths", "arches", "kernels",
+      "include_dirs", "template_dirs", "description", "limits", NULL};
   if (!cJSON_IsObject(root)) {
     kf_error(L->display, "", "a description must be a JSON object, got %s",
              kf_json_type_name(root));
@@ -667,6 +709,7 @@ static void read_description(loader *L, kf_model *m, const cJSON *root, family *
   parse_name(L, m, cJSON_GetObjectItemCaseSensitive(root, "name"));
   parse_family(L, m, cJSON_GetObjectItemCaseSensitive(root, "family"), fam);
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, "shape");
+  L->shape = cJSON_IsObject(shape) ? shape : NULL;
   if (!shape) {
     kf_error(L->display, "shape", "missing the model's shape fields");
     L->errors++;
@@ -681,6 +724,8 @@ static void read_description(loader *L, kf_model *m, const cJSON *root, family *
              &m->include_dirs);
   for (size_t i = 0; i < L->opt->extra_include_dirs.n; i++)
     kf_strv_push_owned(&m->include_dirs, kf_path_absolute(L->opt->extra_include_dirs.v[i]));
+  L->errors += kf_limits_parse(m->path, "limits", cJSON_GetObjectItemCaseSensitive(root, "limits"),
+                               &m->limits);
 }
 
 /* ---- the kernel list ---- */
@@ -699,8 +744,10 @@ static void add_kernel(loader *L, kf_model *m, const char *file, const char *pat
       kernel_free(&m->kernels[j]);
       at = j;
     }
-  if (at == m->nkernels)
-    m->kernels = kf_xrealloc(m->kernels, ++m->nkernels * sizeof *m->kernels);
+  if (at == m->nkernels) {
+    m->kernels = kf_xpush(m->kernels, m->nkernels, sizeof *m->kernels);
+    m->nkernels++;
+  }
   m->kernels[at] = *k;
 }
 
@@ -744,6 +791,80 @@ static void parse_kernels(loader *L, kf_model *m, const cJSON *root, const famil
     qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
 }
 
+/* ---- model-level rules ---- */
+
+/* The element types the templates implement: their arguments are kf_bf16
+ * (templates/kf_portability.cuh). A shape field "dtype" names the model's. */
+static const char *const implemented_dtypes[] = {"bf16", NULL};
+
+static const kf_shape_field *shape_field(const kf_model *m, const char *name) {
+  for (size_t i = 0; i < m->nshape; i++)
+    if (!strcmp(m->shape[i].name, name))
+      return &m->shape[i];
+  return NULL;
+}
+
+/* What the shape means beyond each field's type: the dtype is one the
+ * templates implement, and the kv heads divide the query heads (each kv
+ * head serves a whole group of query heads). */
+static void check_shape_meaning(loader *L, const kf_model *m) {
+  const kf_shape_field *dt = shape_field(m, "dtype");
+  if (dt) {
+    int ok = 0;
+    kf_buf list = {0};
+    for (const char *const *d = implemented_dtypes; *d; d++) {
+      ok |= dt->is_string && !strcmp(dt->str, *d);
+      kf_buf_printf(&list, "%s\"%s\"", d == implemented_dtypes ? "" : ", ", *d);
+    }
+    if (!ok) {
+      char got[64];
+      if (dt->is_string)
+        snprintf(got, sizeof got, "\"%.40s\"", dt->str);
+      else
+        kf_value_format(dt->value, got, sizeof got);
+      kf_error(L->display, "shape.dtype",
+               "the templates implement only %s, got %s; another dtype needs templates "
+               "written for it",
+               list.data, got);
+      L->errors++;
+    }
+    kf_buf_free(&list);
+  }
+  const kf_shape_field *q = shape_field(m, "num_attention_heads");
+  const kf_shape_field *kv = shape_field(m, "num_key_value_heads");
+  if (q && kv && !q->is_string && !kv->is_string && !q->value.is_float && !kv->value.is_float) {
+    if (kv->value.i < 1 || q->value.i < 1 || q->value.i % kv->value.i != 0) {
+      kf_error(L->display, "shape.num_key_value_heads",
+               "must be at least 1 and divide num_attention_heads (%lld), got %lld",
+               (long long)q->value.i, (long long)kv->value.i);
+      L->errors++;
+    }
+  }
+}
+
+/* Every width within what each kernel's template serves (its schema's
+ * max_width); one message per template. */
+static void check_widths_served(loader *L, const kf_model *m) {
+  if (!m->nwidths)
+    return;
+  int widest = m->widths[m->nwidths - 1];
+  for (size_t t = 0; t < L->ntemplates; t++) {
+    const kf_template *tp = L->templates[t];
+    if (widest <= tp->max_width)
+      continue;
+    const char *kind = "?";
+    for (size_t i = 0; i < m->nkernels; i++)
+      if (m->kernels[i].tmpl == tp) {
+        kind = m->kernels[i].kind;
+        break;
+      }
+    kf_error(L->display, "widths",
+             "width %d is above %d, the widest template %s serves (%s: max_width; kind %s)", widest,
+             tp->max_width, tp->name, tp->path, kind);
+    L->errors++;
+  }
+}
+
 /* ---- launch checks ---- */
 
 /* Evaluates every launch expression of k for one width and mma; returns 1
@@ -763,6 +884,11 @@ static int launch_problem(const kf_kernel_desc *k, int width, int mma, char *err
       return 1;
     }
   }
+  char why[160];
+  if (kf_launch_dims_problem(v, v + 3, v + 6, why, sizeof why) >= 0) {
+    snprintf(err, errlen, "%s for width %d", why, width);
+    return 1;
+  }
   for (int d = 0; d < 3; d++)
     if (v[d] % v[6 + d] != 0) {
       snprintf(err, errlen, "grid[%d] = %lld is not a multiple of cluster[%d] = %lld for width %d",
@@ -773,6 +899,16 @@ static int launch_problem(const kf_kernel_desc *k, int width, int mma, char *err
     snprintf(err, errlen, "a cluster of %lld blocks for width %d; at most 8",
              (long long)(v[6] * v[7] * v[8]), width);
     return 1;
+  }
+  for (size_t b = 0; b < t->nbuffers; b++) {
+    int64_t bytes;
+    if (kf_template_eval(k, width, mma, t->buffers[b].bytes, &bytes, err, errlen) != 0)
+      return 1;
+    if (bytes < 1 || bytes > ((int64_t)1 << 40)) {
+      snprintf(err, errlen, "buffer \"%s\": \"%s\" gives %lld bytes for width %d",
+               t->buffers[b].arg, t->buffers[b].bytes, (long long)bytes, width);
+      return 1;
+    }
   }
   return 0;
 }
@@ -795,15 +931,21 @@ static void check_launches(loader *L, const kf_model *m) {
 }
 
 kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
-  loader L = {opt, path, 0, NULL, 0};
+  loader L = {opt, path, 0, NULL, 0, NULL};
+  kf_report_cap_begin();
   cJSON *root = kf_json_load(path, path);
-  if (!root)
+  if (!root) {
+    kf_report_cap_end();
     return NULL;
+  }
   kf_model *m = new_model(path);
   family fam = {0};
   read_description(&L, m, root, &fam);
+  if (!L.errors)
+    check_shape_meaning(&L, m);
   if (!L.errors) { /* kernels need a valid shape and template dirs */
     parse_kernels(&L, m, root, &fam);
+    check_widths_served(&L, m);
     check_launches(&L, m);
   }
   if (fam.root)
@@ -813,6 +955,7 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
   /* the schemas stay alive with the model */
   m->templates = L.templates;
   m->ntemplates = L.ntemplates;
+  kf_report_cap_end();
   if (L.errors) {
     kf_model_free(m);
     return NULL;

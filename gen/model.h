@@ -32,6 +32,7 @@ typedef struct {
   kf_strv template_dirs;          /* absolute, searched before the built-in ones */
   struct kf_template **templates; /* schemas the kernels point into (owned) */
   size_t ntemplates;
+  kf_limits_spec limits; /* the description's "limits" (resources.h) */
 } kf_model;
 
 /* Where templates and families come from, and command-line overrides. */

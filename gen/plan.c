@@ -85,7 +85,7 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
   for (size_t ki = 0; ki < m->nkernels; ki++)
     for (size_t wi = 0; wi < m->nwidths; wi++)
       for (size_t ai = 0; ai < m->arches.n; ai++) {
-        plan->v = kf_xrealloc(plan->v, (plan->n + 1) * sizeof *plan->v);
+        plan->v = kf_xpush(plan->v, plan->n, sizeof *plan->v);
         kf_instance *in = &plan->v[plan->n++];
         memset(in, 0, sizeof *in);
         in->model = m;
@@ -108,6 +108,11 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
                          sizeof err);
         in->programmatic = t->programmatic && arch_is_sm90_on(in->arch);
         in->one_wave = t->one_wave && !kf_arch_is_hip(in->arch);
+        in->cooperative = t->cooperative;
+        in->buffer_bytes = kf_xcalloc(t->nbuffers ? t->nbuffers : 1, sizeof *in->buffer_bytes);
+        for (size_t b = 0; b < t->nbuffers; b++)
+          kf_template_eval(in->kernel, in->width, mma, t->buffers[b].bytes, &in->buffer_bytes[b],
+                           err, sizeof err);
         if (!kf_arch_is_hip(in->arch))
           kf_template_eval(in->kernel, in->width, mma, t->max_blocks_per_sm, &in->max_blocks_per_sm,
                            err, sizeof err);
@@ -117,6 +122,10 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
             kf_template_eval(in->kernel, in->width, mma, t->cluster[d], &in->cluster[d], err,
                              sizeof err);
         }
+        const int hip = kf_arch_is_hip(in->arch);
+        kf_limits_apply(&in->limits, &t->limits, hip);
+        kf_limits_apply(&in->limits, &m->limits, hip);
+        kf_limits_apply(&in->limits, &in->kernel->limits, hip);
         emit(in);
       }
   qsort(plan->v + first, plan->n - first, sizeof *plan->v, cmp_instance);
@@ -133,6 +142,7 @@ void kf_plan_free(kf_plan *plan) {
     free(plan->v[i].symbol);
     free(plan->v[i].rel_source);
     free(plan->v[i].source);
+    free(plan->v[i].buffer_bytes);
   }
   free(plan->v);
   plan->v = NULL;

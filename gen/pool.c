@@ -4,6 +4,7 @@
  * meta.json and renames the directory into place. */
 #define _GNU_SOURCE
 #include "pool.h"
+#include "amdgpu.h"
 #include "report.h"
 
 #include <errno.h>
@@ -41,15 +42,34 @@ const char *kf_unit_object_name(const kf_unit *u) {
 void kf_unit_take_entry(kf_unit *u, const kf_entry_meta *meta) {
   snprintf(u->checksum, sizeof u->checksum, "%s", meta->checksum);
   u->size = meta->size;
+  kf_meta_resources none = KF_META_RESOURCES_NONE;
+  u->resources = meta->has_resources ? meta->resources : none;
+}
+
+char *kf_unit_limits_problem(const kf_unit *u) {
+  const kf_instance *in = u->in;
+  int64_t threads = in->block[0] * in->block[1] * in->block[2];
+  return kf_limits_check(&in->limits, &u->resources, in->arch, (int)threads, in->shared_bytes);
 }
 
 /* ptxas -v: "Used 32 registers, used 1 barriers, 512 bytes smem" and
  * "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads";
- * clang's resource remarks: "VGPRs: 32", "ScratchSize [bytes/lane]: 0",
- * "LDS Size [bytes/block]: 512".
+ * clang's resource remarks: "VGPRs: 32", "AGPRs: 0", "SGPRs: 11",
+ * "ScratchSize [bytes/lane]: 0", "Occupancy [waves/SIMD]: 8",
+ * "VGPRs Spill: 0", "SGPRs Spill: 0", "LDS Size [bytes/block]: 512".
  * Values are taken only from complete matches at the start of a word. */
+static int amd_figure(const char *p, const char *name, long *into) {
+  size_t n = strlen(name);
+  if (strncmp(p, name, n) != 0)
+    return 0;
+  *into = strtol(p + n, NULL, 10);
+  return 1;
+}
+
 static kf_meta_resources parse_resources(const char *out) {
-  kf_meta_resources r = {-1, 0, 0, 0, 0};
+  kf_meta_resources r = KF_META_RESOURCES_NONE;
+  r.stack_bytes = r.spill_stores = r.spill_loads = r.shared_bytes = 0;
+  long vgpr_spill = -1, sgpr_spill = -1;
   for (const char *p = out; p && *p; p++) {
     if (p != out && p[-1] != ' ' && p[-1] != '\n' && p[-1] != ':')
       continue;
@@ -66,13 +86,17 @@ static kf_meta_resources parse_resources(const char *out) {
       r.spill_loads = c;
     } else if (n = 0, sscanf(p, "%ld bytes smem%n", &a, &n) == 1 && n > 0)
       r.shared_bytes = a;
-    else if (!strncmp(p, "VGPRs: ", 7))
-      r.registers = strtol(p + 7, NULL, 10);
-    else if (!strncmp(p, "ScratchSize [bytes/lane]: ", 26))
-      r.stack_bytes = strtol(p + 26, NULL, 10);
-    else if (!strncmp(p, "LDS Size [bytes/block]: ", 24))
-      r.shared_bytes = strtol(p + 24, NULL, 10);
+    else if (amd_figure(p, "VGPRs: ", &r.registers) || amd_figure(p, "AGPRs: ", &r.agprs) ||
+             amd_figure(p, "SGPRs: ", &r.sgprs) ||
+             amd_figure(p, "ScratchSize [bytes/lane]: ", &r.stack_bytes) ||
+             amd_figure(p, "Occupancy [waves/SIMD]: ", &r.waves_per_eu) ||
+             amd_figure(p, "VGPRs Spill: ", &vgpr_spill) ||
+             amd_figure(p, "SGPRs Spill: ", &sgpr_spill) ||
+             amd_figure(p, "LDS Size [bytes/block]: ", &r.shared_bytes))
+      continue;
   }
+  if (vgpr_spill >= 0 && sgpr_spill >= 0)
+    r.spilled_registers = vgpr_spill + sgpr_spill;
   return r;
 }
 
@@ -91,7 +115,7 @@ static int write_meta(const char *tmp, const kf_unit *u, const kf_strv *argv, co
   m.has_seconds = 1;
   m.compile_seconds = secs;
   m.has_resources = 1;
-  m.resources = parse_resources(output);
+  m.resources = u->resources;
   for (size_t i = 0; i < u->records.n; i++) {
     const kf_record *r = &u->records.v[i];
     char h[17];
@@ -149,6 +173,10 @@ static int build_entry(const kf_cache *c, kf_unit *u, double *secs, char **err) 
   if (bytes) {
     char sum[33];
     kf_hash128_hex(bytes, olen, sum);
+    u->resources = parse_resources(output);
+    if (u->tc->backend == KF_BACKEND_HIP) /* the object's own figures, where readable */
+      kf_amdgpu_object_figures(u->tc->readelf, tmp, bytes, olen, u->in->arch, u->in->symbol,
+                               &u->resources);
     if (write_meta(tmp, u, &argv, sum, olen, output, *secs) != 0 ||
         kf_cache_publish(c, u->key, tmp) != 0) {
       *err = kf_xasprintf("cannot publish %s into %s: %s", u->key, c->v1, strerror(errno));
@@ -258,7 +286,7 @@ kf_pool *kf_pool_start(const kf_cache *c, int jobs, int total, kf_progress progr
 }
 
 static void remember(kf_pool *p, kf_unit *u) {
-  p->units = kf_xrealloc(p->units, (p->nunits + 1) * sizeof *p->units);
+  p->units = kf_xpush(p->units, p->nunits, sizeof *p->units);
   p->units[p->nunits++] = u;
 }
 
@@ -277,7 +305,7 @@ void kf_pool_add(kf_pool *p, kf_unit *u) {
   kf_job *j = kf_xcalloc(1, sizeof *j);
   j->unit = u;
   u->job = j;
-  p->jobs = kf_xrealloc(p->jobs, (p->njobs + 1) * sizeof *p->jobs);
+  p->jobs = kf_xpush(p->jobs, p->njobs, sizeof *p->jobs);
   p->jobs[p->njobs++] = j;
   remember(p, u);
   pthread_mutex_lock(&p->mu);
@@ -307,6 +335,7 @@ static void settle(kf_unit *u) {
   if (first != u) {
     memcpy(u->checksum, first->checksum, sizeof u->checksum);
     u->size = first->size;
+    u->resources = first->resources;
   }
   u->job = NULL;
 }

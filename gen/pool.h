@@ -22,10 +22,11 @@ typedef struct {
   char key[33];
   int keyed;
   int state;
-  char checksum[33]; /* of the entry's object, once it is known good */
-  long long size;    /* the object's bytes */
-  kf_job *job;       /* the pool's job that builds its key */
-  char *error;       /* why it failed */
+  char checksum[33];           /* of the entry's object, once it is known good */
+  long long size;              /* the object's bytes */
+  kf_meta_resources resources; /* the entry's, once it is known good */
+  kf_job *job;                 /* the pool's job that builds its key */
+  char *error;                 /* why it failed */
 } kf_unit;
 
 /* How the pool shows progress on stderr. */
@@ -55,7 +56,10 @@ void kf_pool_finish(kf_pool *p);
 
 /* The code object's file name inside an entry of u's backend. */
 const char *kf_unit_object_name(const kf_unit *u);
-/* Copies a good entry's checksum and size into u, for the manifest. */
+/* Copies a good entry's checksum, size and resources into u. */
 void kf_unit_take_entry(kf_unit *u, const kf_entry_meta *meta);
+/* What of u's resources breaks its instance's limits (caller frees), or
+ * NULL when they hold. */
+char *kf_unit_limits_problem(const kf_unit *u);
 
 #endif /* KF_POOL_H */

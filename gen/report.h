@@ -27,4 +27,14 @@ void kf_error_pos(const char *file, int line, int col, const char *fmt, ...)
 /* A usage error: "kforge: error: <message>", then the command's usage text. */
 void kf_usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* At most KF_REPORT_MAX_ERRORS errors are printed per file between
+ * kf_report_cap_begin and kf_report_cap_end (a description with a million
+ * bad widths must not print a million lines); kf_report_cap_end then prints
+ * "<file>: error: and K more errors" for each file that had more. Calls
+ * nest; only the outermost end prints. Errors are still counted by their
+ * callers: only the printing stops. */
+#define KF_REPORT_MAX_ERRORS 20
+void kf_report_cap_begin(void);
+void kf_report_cap_end(void);
+
 #endif /* KF_REPORT_H */

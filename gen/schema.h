@@ -7,6 +7,7 @@
 #define KF_SCHEMA_H
 
 #include "expr.h"
+#include "resources.h"
 #include "util.h"
 
 typedef struct {
@@ -25,6 +26,21 @@ typedef struct {
   int size;   /* bytes */
 } kf_arg_spec;
 
+/* A buffer the kernel needs besides its operands (launch workspace,
+ * semaphores, a persistent kernel's counters): the pointer argument it is
+ * passed as, its size as an expression over the parameters and W, and
+ * whether the caller zeroes it once when it allocates it (every launch then
+ * leaves it as the next one needs it) or may give it with any contents. */
+typedef struct {
+  char *arg;   /* a non-const pointer argument of the template */
+  char *bytes; /* expression over params and W */
+  int zero_once;
+} kf_buffer_spec;
+/* The widest step any description may ask for, and the most arguments a
+ * kernel may take. */
+#define KF_MAX_WIDTH 256
+#define KF_MAX_ARGS 64
+
 typedef struct kf_template {
   char *name;
   char *dir;    /* absolute directory holding the schema and header */
@@ -40,14 +56,21 @@ typedef struct kf_template {
   int programmatic;        /* launch.programmatic: written for programmatic dependent launch */
   char *max_blocks_per_sm; /* launch.max_blocks_per_sm ("0" when absent: no cap) */
   int one_wave;            /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
+  int cooperative;         /* launch.cooperative: every block resident at once (the runtime
+                              checks occupancy at load and launches cooperatively) */
+  kf_buffer_spec *buffers; /* "buffers", in schema order */
+  size_t nbuffers;
+  int max_width;         /* widths served: 1..max_width (KF_MAX_WIDTH when not given) */
+  kf_limits_spec limits; /* "limits": resource limits of its kernels (resources.h) */
 } kf_template;
 
 /* One kernel of a description: a template and the values of its parameters. */
 typedef struct {
   char *kind;
   kf_template *tmpl;
-  kf_value *values;  /* one per tmpl->params, in schema order */
-  char *source_file; /* description or family file that defined it */
+  kf_value *values;      /* one per tmpl->params, in schema order */
+  char *source_file;     /* description or family file that defined it */
+  kf_limits_spec limits; /* the entry's "limits" (resources.h) */
 } kf_kernel_desc;
 
 /* Loads <name>.json from the first directory of dirs that holds one and
@@ -64,5 +87,14 @@ void kf_template_free(kf_template *t);
  * with the value in *out, or -1 with the reason in err. */
 int kf_template_eval(const kf_kernel_desc *k, int width, int mma, const char *expr, int64_t *out,
                      char *err, size_t errlen);
+
+/* Checks one launch's evaluated dims against what every backend launches:
+ * grid x 1..2^31-1, y and z 1..65535; block x and y 1..1024, z 1..64, at
+ * most 1024 threads in all; cluster dims at least 1 (model.c checks that
+ * a cluster tiles the grid and holds at most 8 blocks). Returns -1 when they hold,
+ * else the first at fault (0-2 grid, 3-5 block, 6 the block's total, 7-9
+ * cluster) with the reason in err. */
+int kf_launch_dims_problem(const int64_t grid[3], const int64_t block[3], const int64_t cluster[3],
+                           char *err, size_t errlen);
 
 #endif /* KF_SCHEMA_H */

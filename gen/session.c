@@ -159,6 +159,10 @@ static int manifest_of(const kf_session *s, const kf_model *m, const char *arch,
     l->programmatic = in->programmatic;
     l->one_wave = in->one_wave;
     l->max_blocks_per_sm = in->max_blocks_per_sm;
+    l->cooperative = in->cooperative;
+    const kf_template *t = in->kernel->tmpl;
+    for (size_t b = 0; b < t->nbuffers; b++)
+      kf_manifest_add_buffer(e, t->buffers[b].arg, in->buffer_bytes[b], t->buffers[b].zero_once);
   }
   return all_ok;
 }
@@ -249,6 +253,23 @@ static int start_unit(kf_session *s, kf_pool *p, kf_unit *u, int *prepared) {
   return 0;
 }
 
+/* Fails every built kernel whose figures break its limits, with the figure
+ * and the limit (its entry stays: a correct object for its key). */
+static void check_limits(kf_session *s) {
+  for (size_t i = 0; i < s->plan.n; i++) {
+    kf_unit *u = &s->units[i];
+    if (u->state != KF_UNIT_CACHED && u->state != KF_UNIT_COMPILED)
+      continue;
+    char *why = kf_unit_limits_problem(u);
+    if (!why)
+      continue;
+    u->state = KF_UNIT_FAILED;
+    free(u->error);
+    u->error = why;
+    kf_error(NULL, NULL, "%s: %s", u->in->id, why);
+  }
+}
+
 int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_failed) {
   *n_cached = *n_compiled = *n_failed = 0;
   kf_progress progress = isatty(2) ? KF_PROGRESS_TTY : KF_PROGRESS_LINES;
@@ -263,6 +284,7 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
   kf_pool_finish(p);
   if (unwritable)
     return 2;
+  check_limits(s);
   for (size_t i = 0; i < s->plan.n; i++) {
     int st = s->units[i].state;
     if (st == KF_UNIT_CACHED)

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "toolchain.h"
 
+#include "amdgpu.h"
 #include "arch.h"
 
 #include <ctype.h>
@@ -192,6 +193,7 @@ static void probe_hip(kf_toolchain *tc) {
   tc->short_name =
       kf_xasprintf("HIP %.*s, clang %.*s", hv ? (int)strcspn(hv + 13, "; ") : 1, hv ? hv + 13 : "?",
                    cv ? (int)strcspn(cv + 14, "; ") : 1, cv ? cv + 14 : "?");
+  tc->readelf = kf_amdgpu_find_readelf(cv ? atoi(cv + 14) : 0);
   free(ver);
   add_env_identity(tc, hip_env);
 }

@@ -21,6 +21,7 @@ typedef struct {
   kf_strv pass_cache;    /* "args-hash\n<flags>" cached device-pass flag lists */
   char *host_cc;         /* the host compiler the device pass runs (nvcc) */
   kf_strv predefs_cache; /* "flags-hash\n<#defines>" */
+  char *readelf;         /* HIP: the llvm-readelf that reads code-object notes, or NULL */
 } kf_toolchain;
 
 /* The toolchain for a backend, probed once per process (never NULL; check

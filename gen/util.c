@@ -46,6 +46,17 @@ void *kf_xrealloc(void *p, size_t n) {
   return q;
 }
 
+void *kf_xpush(void *p, size_t n, size_t size) {
+  if (n && (n & (n - 1)))
+    return p;
+  size_t cap = n ? 2 * n : 1;
+  if (cap > SIZE_MAX / size) {
+    fputs("kforge: fatal: out of memory\n", stderr);
+    abort();
+  }
+  return kf_xrealloc(p, cap * size);
+}
+
 char *kf_xstrdup(const char *s) { return kf_xstrndup(s, strlen(s)); }
 
 char *kf_xstrndup(const char *s, size_t n) {

@@ -40,6 +40,11 @@ int kf_strv_contains(const kf_strv *s, const char *str);
 void *kf_xmalloc(size_t n);
 void *kf_xcalloc(size_t n, size_t size);
 void *kf_xrealloc(void *p, size_t n);
+/* Makes room for element n of an array that holds n elements of size bytes:
+ * reallocates only when n is 0 or a power of two (to twice n), so appending
+ * one at a time stays linear even where realloc always copies (ASan). The
+ * array must have grown only through this call. */
+void *kf_xpush(void *p, size_t n, size_t size);
 char *kf_xstrdup(const char *s);
 char *kf_xstrndup(const char *s, size_t n);
 char *kf_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -86,6 +91,18 @@ int kf_path_exists(const char *path);
 void kf_hash128_hex(const void *data, size_t len, char out[33]);
 void kf_hex128(const void *xxh128_hash, char out[33]);
 void kf_hex64(uint64_t h, char out[17]);
+
+/* d as an int64_t, saturated at the ends of the range (NaN gives 0): JSON
+ * numbers are doubles, and casting one beyond the range is undefined. */
+static inline int64_t kf_i64_of_double(double d) {
+  if (!(d == d))
+    return 0;
+  if (d >= 9223372036854775807.0)
+    return INT64_MAX;
+  if (d <= -9223372036854775808.0)
+    return INT64_MIN;
+  return (int64_t)d;
+}
 
 /* Runs argv (argv[0] looked up on PATH) with no shell, stdout and stderr
  * captured together into *output (caller frees; may be NULL). Returns the

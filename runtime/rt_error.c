@@ -108,6 +108,8 @@ const char *kf_strerror(kf_status status) {
     return "missing or malformed meta.json";
   case KF_ERR_CORESIDENCY:
     return "a cooperative kernel's blocks cannot all be resident at once";
+  case KF_ERR_UNTRUSTED:
+    return "a cache file others could have changed, or a link inside the cache";
   }
   return "unknown status";
 }

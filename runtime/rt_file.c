@@ -18,7 +18,7 @@ kf_status rt_file_read(const char *path, char **data, size_t *len, rt_err *err) 
   struct stat st;
   char *buf;
   size_t got = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO never blocks */
   *data = NULL;
   *len = 0;
   if (fd < 0)

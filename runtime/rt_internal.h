@@ -1,7 +1,9 @@
 /* Private declarations shared by the runtime's source files.
  *
  * The runtime is split by job: rt_error.c (reasons, the driver check),
- * rt_file.c (read-only file access), rt_arch.c (arch names and which
+ * rt_file.c (read-only file access), rt_trust.c (what may be read from a
+ * cache: no links, trusted owners and modes; shared with kforge verify),
+ * rt_arch.c (arch names and which
  * manifest a device can run), rt_json.c (finding a manifest's parts without
  * parsing them), rt_manifest.c (manifest parsing), rt_meta.c
  * (meta.json), rt_cuda.c and rt_hip.c (the two driver backends behind
@@ -14,9 +16,11 @@
 #include "kforge/runtime.h"
 #include "rt_arch.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 #define RT_REASON_MAX 1024 /* one reason line, truncated past this */
 #define RT_MAX_PARAMS 64   /* a manifest listing more is refused */
@@ -134,11 +138,20 @@ static inline int rt_arch_valid(kf_backend backend, const char *name) {
 
 /* ---- manifests (rt_manifest.c) ----------------------------------------- */
 
+typedef struct rt_root rt_root; /* rt_trust.c */
+
 typedef struct rt_param {
   char *name;
   char *type; /* one of the contract's C spellings */
   size_t size;
 } rt_param;
+
+/* A buffer a kernel takes besides its operands ("buffers"). */
+typedef struct rt_buffer {
+  char *arg;                /* the parameter it is passed as */
+  unsigned long long bytes; /* at least 1 */
+  int zero_once;            /* "init": "zero_once" (else "none") */
+} rt_buffer;
 
 typedef struct rt_kdesc {
   char *id, *kind, *key, *symbol;
@@ -156,6 +169,8 @@ typedef struct rt_kdesc {
   unsigned max_blocks; /* launch.max_blocks_per_sm, 0 when absent */
   int one_wave;        /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
   int cooperative;     /* launch.cooperative: every block resident at once, checked at load */
+  int nbuffers;
+  rt_buffer *buffers; /* "buffers", each arg checked against params at rt_manifest_finish */
 } rt_kdesc;
 
 /* A parameter list shared by every kernel of a kind ("signatures"). */
@@ -208,9 +223,27 @@ kf_status rt_manifest_finish(rt_manifest *m, rt_err *err);
 kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_manifest *m,
                             rt_err *err);
 kf_status rt_manifest_load(const char *path, rt_manifest *m, rt_err *err);
+/* rt_manifest_open of rel below r (the trust rules apply: KF_ERR_UNTRUSTED). */
+kf_status rt_manifest_open_at(const rt_root *r, const char *rel, rt_manifest *m, rt_err *err);
+/* The parsed header agrees with the file's place, path being
+ * <...>/manifests/<model>/<arch>.json: its model is model, its arch the
+ * file's name. KF_ERR_BAD_MANIFEST naming the field otherwise. */
+kf_status rt_manifest_check_place(const rt_manifest *m, const char *model, const char *path,
+                                  rt_err *err);
+/* Everything the runtime checks of the manifest rel below r, for kforge
+ * verify: the header, the place, the signatures, every entry (each bad one
+ * reported to bad_entry(ctx, i, reason), then skipped: its kernels[i] has no
+ * id) and the ids (each repeat reported). Returns KF_OK when the entries
+ * could be walked (even with bad ones), else the status and reason that
+ * refuse the whole manifest; m is to be freed either way. */
+kf_status rt_manifest_verify(const rt_root *r, const char *rel, const char *model, rt_manifest *m,
+                             void (*bad_entry)(void *ctx, int i, const rt_err *e), void *ctx,
+                             rt_err *err);
 void rt_manifest_free(rt_manifest *m);
 /* Size in bytes of a contract arg type, 0 if it is not one. */
 size_t rt_type_size(const char *type);
+/* The index of k's parameter called name, or -1. */
+int rt_kdesc_param_index(const rt_kdesc *k, const char *name);
 
 /* ---- JSON scanning (rt_json.c) ----------------------------------------- */
 
@@ -249,6 +282,54 @@ int rt_unhex16(const char *hex, unsigned char out[16]);
 /* XXH3-128 of data in canonical byte order. */
 void rt_xxh128(const void *data, size_t len, unsigned char out[16]);
 
+/* ---- the cache's trust rules (rt_trust.c) ----------------------------- */
+
+/* <cache>/v1, opened once: every file the runtime (and kforge verify) reads
+ * is reached below it without following a link (docs/contracts.md,
+ * "Trust"). */
+struct rt_root {
+  int fd;       /* <cache>/v1, a directory; -1 when not open */
+  char *v1;     /* its path, for reasons */
+  int lax;      /* 1: owners and modes are not checked (links still refused) */
+  unsigned uid; /* the caller's effective uid */
+};
+
+/* 1 when KFORGE_LAX_PERMISSIONS=1 is set in the environment. */
+int rt_lax_from_env(void);
+/* Opens <cache_dir>/v1 (which may not be a link; cache_dir may) and checks
+ * that the root and v1/ are trusted. KF_ERR_IO when it cannot be opened (r
+ * not open), KF_ERR_UNTRUSTED when v1 is a link (not open) or one of them is
+ * owned by another user or writable by group or others: r is open then,
+ * for verify to go on reporting. rt_root_close(r) is always safe. */
+kf_status rt_root_open(rt_root *r, const char *cache_dir, int lax, rt_err *err);
+void rt_root_close(rt_root *r);
+/* KF_ERR_UNTRUSTED, naming what, when st is owned by neither the caller nor
+ * root or is writable by group or others (unless r->lax). */
+kf_status rt_trusted(const rt_root *r, const struct stat *st, const char *what, rt_err *err);
+/* Opens rel (relative to v1) read-only and non-blocking, following no link:
+ * it must be a regular file, trusted, and so must its directory when
+ * check_dir. *fd is the
+ * caller's to close, *size its bytes. KF_ERR_UNTRUSTED for a link on the
+ * way or an untrusted file or directory, KF_ERR_IO otherwise; the reason
+ * names the full path. */
+kf_status rt_root_open_file(const rt_root *r, const char *rel, int check_dir, int *fd, size_t *size,
+                            rt_err *err);
+/* rt_root_open_file, then the whole file into a malloc'd NUL-terminated
+ * buffer the caller frees. */
+kf_status rt_root_read(const rt_root *r, const char *rel, int check_dir, char **data, size_t *len,
+                       rt_err *err);
+/* Opens the directory rel (trusted, reached without links) for listing. */
+kf_status rt_root_opendir(const rt_root *r, const char *rel, DIR **dp, rt_err *err);
+/* Reads kernel id's object rel and checks its size and checksum against the
+ * manifest's; *image (caller frees) is NULL on failure: KF_ERR_CHECKSUM
+ * for a damaged object, else rt_root_read's status, the reason starting
+ * "kernel <id>: ". */
+kf_status rt_object_read(const rt_root *r, const char *id, const char *rel, unsigned long long size,
+                         const unsigned char checksum[16], char **image, rt_err *err);
+/* meta.json at rel below r (rt_meta_load's reasons and statuses, and
+ * KF_ERR_UNTRUSTED). */
+kf_status rt_meta_load_at(const rt_root *r, const char *rel, kf_resources *res, rt_err *err);
+
 /* ---- handles (rt_runtime.c, rt_kernel.c) ------------------------------- */
 
 enum { RT_UNLOADED = 0, RT_LOADED = 1, RT_FAILED = 2 };
@@ -279,7 +360,7 @@ typedef struct rt_kind {
 struct kf_runtime {
   rt_driver drv;
   rt_manifest manifest;
-  char *v1_dir; /* <cache>/v1 */
+  rt_root root; /* <cache>/v1 */
   int lazy;
   int nkernels;
   kf_kernel *kernels; /* manifest order; [0, nkernels) set up */

@@ -11,34 +11,7 @@
 
 kf_status rt_kernel_read(const kf_kernel *k, char **image, rt_err *err) {
   const rt_kdesc *d = k->d;
-  unsigned char sum[16];
-  size_t len;
-  kf_status st;
-
-  *image = NULL;
-  if ((st = rt_file_read(k->object_path, image, &len, err)) != KF_OK)
-    return rt_err_prefix(err, "kernel %s: ", d->id);
-  if (len != d->size) {
-    free(*image);
-    *image = NULL;
-    return rt_err_set(err, KF_ERR_CHECKSUM,
-                      "kernel %s: object %s is damaged: %zu bytes, the "
-                      "manifest says %llu (rebuild it with kforge warm)",
-                      d->id, k->object_path, len, d->size);
-  }
-  rt_xxh128(*image, len, sum);
-  if (memcmp(sum, d->checksum, 16) != 0) {
-    char got[33], want[33];
-    free(*image);
-    *image = NULL;
-    rt_hex16(sum, got);
-    rt_hex16(d->checksum, want);
-    return rt_err_set(err, KF_ERR_CHECKSUM,
-                      "kernel %s: object %s is damaged: its checksum is %s, "
-                      "the manifest says %s (rebuild it with kforge warm)",
-                      d->id, k->object_path, got, want);
-  }
-  return KF_OK;
+  return rt_object_read(&k->rt->root, d->id, d->object, d->size, d->checksum, image, err);
 }
 
 /* The most blocks of d per SM its launches should leave room for: the
@@ -301,6 +274,23 @@ kf_status kf_kernel_param(const kf_kernel *k, int i, const char **name, const ch
   return KF_OK;
 }
 
+int kf_kernel_buffer_count(const kf_kernel *k) { return k ? k->d->nbuffers : 0; }
+
+kf_status kf_kernel_buffer(const kf_kernel *k, int i, kf_buffer *out) {
+  rt_err err;
+  if (!k || !out || i < 0 || i >= k->d->nbuffers) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_kernel_buffer: no buffer %d (%d buffers)", i,
+               k ? k->d->nbuffers : 0);
+    return rt_tls_record(&err);
+  }
+  const rt_buffer *b = &k->d->buffers[i];
+  out->arg = b->arg;
+  out->param = rt_kdesc_param_index(k->d, b->arg); /* checked at open: >= 0 */
+  out->bytes = (size_t)b->bytes;
+  out->zero_once = b->zero_once;
+  return KF_OK;
+}
+
 kf_status kf_kernel_launch_config(const kf_kernel *k, unsigned grid[3], unsigned block[3],
                                   unsigned *shared_bytes) {
   rt_err err;
@@ -331,13 +321,9 @@ kf_status kf_kernel_resources(kf_kernel *k, kf_resources *out) {
   }
   pthread_mutex_lock(&k->mu);
   if (!k->meta_read) {
-    /* the path is joined here, not at open: few servers ever ask */
-    char *meta_path = rt_path_join(k->rt->v1_dir, k->d->meta);
-    if (!meta_path)
-      st = rt_err_set(&err, KF_ERR_NO_MEMORY, "out of memory");
-    else if ((st = rt_meta_load(meta_path, &k->res, &err)) == KF_OK)
+    /* read here, not at open: few servers ever ask */
+    if ((st = rt_meta_load_at(&k->rt->root, k->d->meta, &k->res, &err)) == KF_OK)
       k->meta_read = 1;
-    free(meta_path);
   }
   if (st == KF_OK)
     *out = k->res;

@@ -144,6 +144,9 @@ static void kdesc_free(rt_kdesc *k) {
   }
   if (!k->params_shared)
     free(k->params);
+  for (int i = 0; i < k->nbuffers; i++)
+    free(k->buffers[i].arg);
+  free(k->buffers);
 }
 
 void rt_manifest_free(rt_manifest *m) {
@@ -253,11 +256,12 @@ enum {
   F_SYMBOL,
   F_PARAMS,
   F_LAUNCH,
+  F_BUFFERS,
   F_COUNT
 };
 static const char *const kernel_fields[F_COUNT] = {"id",     "kind",   "width",    "key",
                                                    "object", "meta",   "checksum", "size",
-                                                   "symbol", "params", "launch"};
+                                                   "symbol", "params", "launch",   "buffers"};
 
 /* Finds the members in one walk over the entry instead of one walk per
  * member: the first of a repeated name wins, as with
@@ -296,6 +300,79 @@ static kf_status give_signature(parse_ctx *c, rt_manifest *m, const char *kind, 
   k->nparams = sig->nparams;
   k->params_shared = 1;
   return KF_OK;
+}
+
+/* "buffers": [{"arg": <parameter>, "bytes": <n>, "init": "none" | "zero_once"}]
+ * (optional). That each arg names a pointer parameter is checked once the
+ * parameter lists are known (check_buffers). */
+static kf_status parse_buffers(parse_ctx *c, const cJSON *arr, rt_kdesc *k) {
+  kf_status st = KF_OK;
+  char sub[32];
+  if (!cJSON_IsArray(arr))
+    return bad(c, "buffers", "must be an array");
+  int n = cJSON_GetArraySize(arr);
+  if (n > RT_MAX_PARAMS)
+    return bad(c, "buffers", "%d buffers, at most %d supported", n, RT_MAX_PARAMS);
+  k->buffers = calloc((size_t)(n ? n : 1), sizeof *k->buffers);
+  if (!k->buffers)
+    return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  int i = 0;
+  for (const cJSON *b = arr->child; b; b = b->next, i++) {
+    const char *arg, *init;
+    long long bytes;
+    snprintf(sub, sizeof sub, "buffers[%d]", i);
+    c->sub = sub;
+    if (!cJSON_IsObject(b))
+      return bad(c, "arg", "the element must be an object");
+    if (!(arg = get_string(c, b, "arg", &st)) || !(init = get_string(c, b, "init", &st)))
+      return st;
+    if (get_int(c, cJSON_GetObjectItemCaseSensitive(b, "bytes"), "bytes", 1, 1099511627776.0,
+                &bytes, &st) != 0)
+      return st;
+    if (strcmp(init, "none") != 0 && strcmp(init, "zero_once") != 0)
+      return bad(c, "init", "'%s' is neither \"none\" nor \"zero_once\"", init);
+    for (int j = 0; j < i; j++)
+      if (strcmp(k->buffers[j].arg, arg) == 0)
+        return bad(c, "arg", "'%s' repeats buffers[%d]", arg, j);
+    k->buffers[i].arg = dup(arg);
+    k->buffers[i].bytes = (unsigned long long)bytes;
+    k->buffers[i].zero_once = strcmp(init, "zero_once") == 0;
+    k->nbuffers = i + 1;
+    if (!k->buffers[i].arg)
+      return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  }
+  c->sub = NULL;
+  return KF_OK;
+}
+
+/* Every buffer names a non-const pointer parameter of its kernel. */
+static kf_status check_buffers(parse_ctx *c, const rt_manifest *m) {
+  char sub[32];
+  for (int i = 0; i < m->nkernels; i++) {
+    const rt_kdesc *k = &m->kernels[i];
+    for (int b = 0; b < k->nbuffers; b++) {
+      int p = rt_kdesc_param_index(k, k->buffers[b].arg);
+      const char *type = p >= 0 ? k->params[p].type : NULL;
+      if (type && strchr(type, '*') && strncmp(type, "const ", 6) != 0)
+        continue;
+      c->kernel = i;
+      snprintf(sub, sizeof sub, "buffers[%d]", b);
+      c->sub = sub;
+      if (!type)
+        return bad(c, "arg", "'%s' is not a parameter of the kernel", k->buffers[b].arg);
+      return bad(c, "arg", "'%s' is '%s', not a writable pointer", k->buffers[b].arg, type);
+    }
+  }
+  c->kernel = -1;
+  c->sub = NULL;
+  return KF_OK;
+}
+
+int rt_kdesc_param_index(const rt_kdesc *k, const char *name) {
+  for (int i = 0; i < k->nparams && k->params; i++)
+    if (strcmp(k->params[i].name, name) == 0)
+      return i;
+  return -1;
 }
 
 static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_manifest *m,
@@ -376,6 +453,8 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
     return bad(c, "cooperative", "must be true or false");
   k->cooperative = cJSON_IsTrue(co);
   c->sub = NULL;
+  if (f[F_BUFFERS] && (st = parse_buffers(c, f[F_BUFFERS], k)) != KF_OK)
+    return st;
 
   k->width = (int)width;
   k->size = (unsigned long long)size;
@@ -610,6 +689,25 @@ static kf_status begin(const char *path, char *text, size_t len, rt_manifest *m,
   return st;
 }
 
+kf_status rt_manifest_open_at(const rt_root *r, const char *rel, rt_manifest *m, rt_err *err) {
+  char *text, *path;
+  size_t len;
+  kf_status st;
+  memset(m, 0, sizeof *m);
+  if (rt_root_read(r, rel, 1, &text, &len, err) != KF_OK) {
+    if (err->status == KF_ERR_IO)
+      err->status = KF_ERR_BAD_MANIFEST;
+    return err->status;
+  }
+  if (!(path = rt_path_join(r->v1, rel))) {
+    free(text);
+    return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  }
+  st = begin(path, text, len, m, err);
+  free(path);
+  return st;
+}
+
 kf_status rt_manifest_open(const char *path, rt_manifest *m, rt_err *err) {
   char *text;
   size_t len;
@@ -703,6 +801,8 @@ kf_status rt_manifest_finish(rt_manifest *m, rt_err *err) {
     st = rt_manifest_kernel(m, i, err);
   if (st == KF_OK)
     st = rt_manifest_signatures(m, err);
+  if (st == KF_OK)
+    st = check_buffers(&c, m);
   if (st == KF_OK && (st = check_ids(&c, m)) == KF_OK) {
     /* nothing refers to the text: entries copy what they keep */
     free(m->text);
@@ -735,4 +835,78 @@ kf_status rt_manifest_load(const char *path, rt_manifest *m, rt_err *err) {
   if (st != KF_OK)
     rt_manifest_free(m);
   return st;
+}
+
+kf_status rt_manifest_check_place(const rt_manifest *m, const char *model, const char *path,
+                                  rt_err *err) {
+  const char *base = strrchr(path, '/');
+  size_t alen = strlen(m->arch);
+  base = base ? base + 1 : path;
+  if (strcmp(m->model, model) != 0)
+    return rt_err_set(err, KF_ERR_BAD_MANIFEST,
+                      "%s: model: error: '%s' in a manifest of model '%s'", path, m->model, model);
+  if (strncmp(base, m->arch, alen) != 0 || strcmp(base + alen, ".json") != 0)
+    return rt_err_set(err, KF_ERR_BAD_MANIFEST,
+                      "%s: arch: error: '%s' in the manifest file of another arch", path, m->arch);
+  return KF_OK;
+}
+
+/* Past the refused entry i (kernels[i] stays zero): where entry i + 1
+ * starts, as parse_entry would have left it. -1 when the text is malformed
+ * there. */
+static int skip_entry(rt_manifest *m, int i) {
+  size_t at = rt_json_skip(m->text, m->end, m->next);
+  if (at == 0)
+    return -1;
+  while (at < m->end && (unsigned char)m->text[at] <= 32)
+    at++;
+  if (i + 1 < m->nkernels ? at >= m->end || m->text[at] != ',' : at != m->end)
+    return -1;
+  m->next = at + 1;
+  m->nparsed = i + 1;
+  return 0;
+}
+
+kf_status rt_manifest_verify(const rt_root *r, const char *rel, const char *model, rt_manifest *m,
+                             void (*bad_entry)(void *ctx, int i, const rt_err *e), void *ctx,
+                             rt_err *err) {
+  parse_ctx c = {NULL, err, NULL, -1, -1, NULL};
+  kf_status st;
+  int n;
+  const rt_kdesc **byid;
+  if ((st = rt_manifest_open_at(r, rel, m, err)) != KF_OK ||
+      (st = rt_manifest_signatures(m, err)) != KF_OK ||
+      (st = rt_manifest_check_place(m, model, m->path, err)) != KF_OK)
+    return st;
+  c.path = m->path;
+  for (int i = m->nparsed; i < m->nkernels; i++) {
+    rt_err e;
+    if (rt_manifest_kernel(m, i, &e) == KF_OK)
+      continue;
+    if (e.status != KF_ERR_BAD_MANIFEST || !m->text || skip_entry(m, i) != 0) {
+      *err = e; /* not one entry's fault: the whole text is refused */
+      return e.status;
+    }
+    bad_entry(ctx, i, &e);
+  }
+  /* every repeated id (the runtime names the first) */
+  n = m->nkernels;
+  if (!(byid = calloc((size_t)(n ? n : 1), sizeof *byid)))
+    return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (m->kernels[i].id)
+      byid[k++] = &m->kernels[i];
+  qsort(byid, (size_t)k, sizeof *byid, cmp_kdesc_id);
+  for (int i = 1; i < k; i++)
+    if (strcmp(byid[i]->id, byid[i - 1]->id) == 0) {
+      int a = (int)(byid[i - 1] - m->kernels), b = (int)(byid[i] - m->kernels);
+      rt_err e;
+      c.err = &e;
+      c.kernel = a > b ? a : b;
+      bad(&c, "id", "'%s' repeats kernels[%d]", byid[i]->id, a < b ? a : b);
+      bad_entry(ctx, c.kernel, &e);
+    }
+  free(byid);
+  return KF_OK;
 }

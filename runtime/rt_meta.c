@@ -6,21 +6,17 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 
-kf_status rt_meta_load(const char *path, kf_resources *res, rt_err *err) {
+/* Parses text (freed here), the meta.json at path (which names it in
+ * reasons). */
+static kf_status meta_parse(const char *path, char *text, size_t len, kf_resources *res,
+                            rt_err *err) {
   static const char *const names[] = {"registers", "spill_stores", "spill_loads", "stack_bytes",
                                       "shared_bytes"};
   int *fields[] = {&res->registers, &res->spill_stores, &res->spill_loads, &res->stack_bytes,
                    &res->shared_bytes};
-  char *text;
-  size_t len;
   cJSON *root;
   const cJSON *format, *r;
-  kf_status st;
 
-  if ((st = rt_file_read(path, &text, &len, err)) != KF_OK) {
-    err->status = KF_ERR_BAD_META;
-    return err->status;
-  }
   root = cJSON_ParseWithLength(text, len);
   free(text);
   if (!cJSON_IsObject(root)) {
@@ -52,4 +48,32 @@ kf_status rt_meta_load(const char *path, kf_resources *res, rt_err *err) {
   }
   cJSON_Delete(root);
   return KF_OK;
+}
+
+kf_status rt_meta_load(const char *path, kf_resources *res, rt_err *err) {
+  char *text;
+  size_t len;
+  if (rt_file_read(path, &text, &len, err) != KF_OK) {
+    err->status = KF_ERR_BAD_META;
+    return err->status;
+  }
+  return meta_parse(path, text, len, res, err);
+}
+
+kf_status rt_meta_load_at(const rt_root *r, const char *rel, kf_resources *res, rt_err *err) {
+  char *text, *path;
+  size_t len;
+  kf_status st;
+  if (rt_root_read(r, rel, 1, &text, &len, err) != KF_OK) {
+    if (err->status != KF_ERR_UNTRUSTED && err->status != KF_ERR_NO_MEMORY)
+      err->status = KF_ERR_BAD_META;
+    return err->status;
+  }
+  if (!(path = rt_path_join(r->v1, rel))) {
+    free(text);
+    return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  }
+  st = meta_parse(path, text, len, res, err);
+  free(path);
+  return st;
 }

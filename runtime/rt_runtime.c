@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,8 +67,8 @@ static char *manifest_file(const char *dir, const char *arch) {
   return path;
 }
 
-/* Chooses <dir>/<arch>.json with the best rank for the device; *path is
- * malloc'd. The reason for no match names what the device runs and what
+/* Chooses manifests/<model>/<arch>.json with the best rank for the device;
+ * *path (relative to v1) is malloc'd. The reason for no match names what the device runs and what
  * the cache has. A CUDA device's sm_XYa ranks above every other name, and
  * no other name ranks with it: when that file is there, it is the choice
  * without listing the directory. */
@@ -80,33 +81,41 @@ static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, r
 
   *path = NULL;
   sub = rt_path_join("manifests", model);
-  dir = sub ? rt_path_join(rt->v1_dir, sub) : NULL;
-  free(sub);
-  if (!dir)
+  dir = sub ? rt_path_join(rt->root.v1, sub) : NULL;
+  if (!dir) {
+    free(sub);
     return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
+  }
   if (rt->drv.backend == KF_BACKEND_CUDA) {
     char exact[RT_ARCH_MAX];
     snprintf(exact, sizeof exact, "sm_%d%da", rt->drv.cc_major, rt->drv.cc_minor);
     if (rt_arch_cuda_rank(exact, rt->drv.cc_major, rt->drv.cc_minor) == 0) {
-      if (!(*path = manifest_file(dir, exact))) {
+      struct stat st_exact;
+      if (!(*path = manifest_file(sub, exact))) {
         free(dir);
+        free(sub);
         return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
       }
-      if (access(*path, F_OK) == 0) {
+      /* there as anything: reading it says what is wrong with it */
+      if (fstatat(rt->root.fd, *path, &st_exact, AT_SYMLINK_NOFOLLOW) == 0) {
         free(dir);
+        free(sub);
         return KF_OK;
       }
       free(*path);
       *path = NULL;
     }
   }
-  dp = opendir(dir);
-  if (!dp) {
-    st = rt_err_set(err, KF_ERR_NO_MANIFEST,
-                    "no manifests for model '%s': cannot open %s: %s (build "
-                    "them with kforge warm)",
-                    model, dir, strerror(errno));
+  if ((st = rt_root_opendir(&rt->root, sub, &dp, err)) != KF_OK) {
+    if (st != KF_ERR_UNTRUSTED) {
+      char why[RT_REASON_MAX];
+      memcpy(why, err->text, sizeof why);
+      st = rt_err_set(err, KF_ERR_NO_MANIFEST,
+                      "no manifests for model '%s': %.900s (build them with kforge warm)", model,
+                      why);
+    }
     free(dir);
+    free(sub);
     return st;
   }
   while ((de = readdir(dp)) != NULL) {
@@ -164,12 +173,13 @@ static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, r
                       dir, rt->drv.device, rt->drv.device_arch, wanted, n ? have : "none");
     }
   }
-  if (st == KF_OK && !(*path = manifest_file(dir, names[best])))
+  if (st == KF_OK && !(*path = manifest_file(sub, names[best])))
     st = rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
   for (int i = 0; i < n; i++)
     free(names[i]);
   free(names);
   free(dir);
+  free(sub);
   return st;
 }
 
@@ -192,7 +202,7 @@ static kf_status kernel_init(kf_runtime *rt, int i, rt_err *err) {
   pthread_mutex_init(&k->mu, NULL);
   rt_slot_init(&k->err);
   rt->nkernels = i + 1;
-  if (!(k->object_path = rt_path_join(rt->v1_dir, d->object)))
+  if (!(k->object_path = rt_path_join(rt->root.v1, d->object)))
     return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
   return KF_OK;
 }
@@ -259,7 +269,7 @@ static void runtime_free(kf_runtime *rt) {
   rt_manifest_free(&rt->manifest);
   if (rt->drv.close)
     rt->drv.close(&rt->drv);
-  free(rt->v1_dir);
+  rt_root_close(&rt->root);
   rt_slot_destroy(&rt->err);
   free(rt);
 }
@@ -412,20 +422,12 @@ static kf_status load_all(kf_runtime *rt, rt_err *err) {
 /* The parsed header agrees with the file's place and the device. A whole
  * parse would have refused bad signatures before these checks: so does
  * this. */
-static kf_status check_header(kf_runtime *rt, const char *model, const char *path, rt_err *err) {
+static kf_status check_header(kf_runtime *rt, const char *model, rt_err *err) {
   const rt_manifest *m = &rt->manifest;
-  const char *base = strrchr(path, '/') + 1;
-  size_t alen = strlen(m->arch);
-  kf_status st = KF_OK;
-  if (strcmp(m->model, model) != 0)
-    st = rt_err_set(err, KF_ERR_BAD_MANIFEST, "%s: model: error: '%s' in a manifest of model '%s'",
-                    path, m->model, model);
-  else if (strncmp(base, m->arch, alen) != 0 || strcmp(base + alen, ".json") != 0)
-    st = rt_err_set(err, KF_ERR_BAD_MANIFEST,
-                    "%s: arch: error: '%s' in the manifest file of another arch", path, m->arch);
-  else if (m->backend != rt->drv.backend)
+  kf_status st = rt_manifest_check_place(m, model, m->path, err);
+  if (st == KF_OK && m->backend != rt->drv.backend)
     st = rt_err_set(err, KF_ERR_BAD_MANIFEST, "%s: backend: error: the manifest is not for '%s'",
-                    path, rt->drv.backend == KF_BACKEND_CUDA ? "cuda" : "hip");
+                    m->path, rt->drv.backend == KF_BACKEND_CUDA ? "cuda" : "hip");
   if (st != KF_OK) {
     rt_err sig_err;
     if (rt_manifest_signatures(&rt->manifest, &sig_err) != KF_OK)
@@ -469,19 +471,28 @@ kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
   }
   rt_slot_init(&rt->err);
   rt->lazy = opts->lazy != 0;
-  if (!(rt->v1_dir = rt_path_join(opts->cache_dir, "v1"))) {
-    rt_err_set(&err, KF_ERR_NO_MEMORY, "out of memory");
-    goto fail;
-  }
+  rt->root.fd = -1;
   if ((st = open_driver(&rt->drv, opts, &err)) != KF_OK) {
     rt->drv.close = NULL; /* nothing is held on failure */
     goto fail;
   }
+  /* the cache's trust rules (docs/contracts.md, "Trust") */
+  if ((st = rt_root_open(&rt->root, opts->cache_dir,
+                         opts->lax_permissions != 0 || rt_lax_from_env(), &err)) != KF_OK) {
+    if (st == KF_ERR_IO) {
+      char why[RT_REASON_MAX];
+      memcpy(why, err.text, sizeof why);
+      rt_err_set(&err, KF_ERR_NO_MANIFEST,
+                 "no manifests for model '%s': %.900s (build them with kforge warm)", opts->model,
+                 why);
+    }
+    goto fail;
+  }
   /* the header only: the kernels' entries are parsed as they are loaded */
   if ((st = pick_manifest(rt, opts->model, &path, &err)) != KF_OK ||
-      (st = rt_manifest_open(path, &rt->manifest, &err)) != KF_OK)
+      (st = rt_manifest_open_at(&rt->root, path, &rt->manifest, &err)) != KF_OK)
     goto fail;
-  if ((st = check_header(rt, opts->model, path, &err)) != KF_OK)
+  if ((st = check_header(rt, opts->model, &err)) != KF_OK)
     goto fail;
   /* handles [0, nkernels) are set up, the rest untouched: a steps' page
    * faults, not a zeroing before the first load */

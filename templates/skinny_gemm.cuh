@@ -238,10 +238,15 @@ KF_DEVICE void warp_gemm_tiles_async(float acc[NT][4], const kf_bf16 *w, const l
 // ahead of the wait: on the H200 that first round trip, which holds up the
 // ring's refills, cost Llama's o_proj 0.05 us at R = 1 and 0.45 us at R = 8
 // (notes/perf/journal.md v12). The schemas' LATE_SLOTS.
-template <int K, int LD, int NT, int P, int NW, int W, bool LONG, bool SPLIT = false, int LATE = 0>
+//
+// ROT_AT: the sweep's rotation is a function of rot_at instead of
+// blockIdx.x (the MoE kinds give the tile's index within its expert, since
+// their block index depends on the other rows' choices).
+template <int K, int LD, int NT, int P, int NW, int W, bool LONG, bool SPLIT = false, int LATE = 0,
+          bool ROT_AT = false>
 KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const long long (&lo)[NT],
                                      const long long (&hi)[NT], const kf_bf16 *x, int rows,
-                                     vec8 *ring, vec8 *xring, int warp, int lane) {
+                                     vec8 *ring, vec8 *xring, int warp, int lane, int rot_at) {
   constexpr int S = K / 64; // units in all of K
   constexpr int n = S / NW; // units per warp
   constexpr int C = S % (NW * KF_GEMM_CHUNK) == 0 ? KF_GEMM_CHUNK : 1;
@@ -258,7 +263,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
     src[i][0] = w + lo[i] + (long long)crow * LD + 8 * cchunk;
     src[i][1] = w + hi[i] + (long long)crow * LD + 8 * cchunk;
   }
-  const int rot = gemm_rotate(LD) ? (int)(blockIdx.x % (n / C)) * C : 0;
+  const int rot = gemm_rotate(LD) ? (int)((ROT_AT ? rot_at : blockIdx.x) % (n / C)) * C : 0;
   auto kunit = [&](int j) {
     j += rot;
     j -= j >= n ? n : 0;
@@ -381,10 +386,16 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 // warp, from a 64 KB ring in dynamic shared memory (the schemas' DEEP_RING).
 // LATE: weight slots copied after the first activations (warp_gemm_tiles_lines;
 // the schemas' LATE_SLOTS).
+//
+// ROT_AT: the index the sweep's starting unit is a function of
+// (gemm_rotate) is rot_at, not blockIdx.x: a row's sums depend on it, so a
+// caller whose block index depends on anything but the tile passes the
+// tile's own index.
 template <int K, int NTI, int W, int THREADS, bool HALVES = false, int KSPLIT = 1,
-          bool DEEP = false, int LATE = 0, class Epi>
+          bool DEEP = false, int LATE = 0, bool ROT_AT = false, class Epi>
 KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
-                                 const long long (&tile_off)[NTI], int rows, Epi epi) {
+                                 const long long (&tile_off)[NTI], int rows, Epi epi,
+                                 [[maybe_unused]] int rot_at = 0) {
   static_assert(W >= 1 && W <= 8, "skinny_gemm serves widths 1..8");
   static_assert(K % 8 == 0, "K must be a multiple of 8");
   static_assert(!HALVES || NTI == 2, "halves: two 8-row halves of one 16-row tile");
@@ -475,8 +486,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
       if constexpr (kLines) {
         static_assert(kWarps * kLineSlots * 128 * 16 <= 65536, "line ring exceeds shared_bytes");
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE>(
-            acc, ws, lo, hi, xs, rows, ring, xring, warp, lane);
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
+            acc, ws, lo, hi, xs, rows, ring, xring, warp, lane, rot_at);
       } else {
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
             acc, ws, lo, hi, xs, rows, ring, warp, lane);
@@ -495,8 +506,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_GEMM_ASYNC
       if constexpr (kLines) {
         __shared__ vec8 ring[kWarps * kLineSlots * 128];
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE>(
-            acc, ws, lo, hi, xs, rows, ring, xring, warp, lane);
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
+            acc, ws, lo, hi, xs, rows, ring, xring, warp, lane, rot_at);
       } else {
         __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(

@@ -25,11 +25,18 @@ class RuntimeOptions(ctypes.Structure):
         ("backend", ctypes.c_int),
         ("lazy", ctypes.c_int),
         ("driver_path", ctypes.c_char_p),
+        ("lax_permissions", ctypes.c_int),
     ]
 
 
 class Arg(ctypes.Structure):
     _fields_ = [("value", ctypes.c_void_p), ("size", ctypes.c_size_t)]
+
+
+class Buffer(ctypes.Structure):
+    """kf_buffer of runtime.h."""
+    _fields_ = [("arg", ctypes.c_char_p), ("param", ctypes.c_int), ("bytes", ctypes.c_size_t),
+                ("zero_once", ctypes.c_int)]
 
 
 class Resources(ctypes.Structure):
@@ -123,6 +130,8 @@ def _declare(lib):
         "kf_kernel_launch_config": (I, [P, ctypes.POINTER(U3), ctypes.POINTER(U3),
                                         ctypes.POINTER(ctypes.c_uint)]),
         "kf_kernel_resources": (I, [P, ctypes.POINTER(Resources)]),
+        "kf_kernel_buffer_count": (I, [P]),
+        "kf_kernel_buffer": (I, [P, I, ctypes.POINTER(Buffer)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)

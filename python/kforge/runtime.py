@@ -8,6 +8,7 @@ import ctypes
 import enum
 import operator
 import sys
+import typing
 
 from . import _lib
 
@@ -33,6 +34,7 @@ class Status(enum.IntEnum):
     ARGS = 14
     BAD_META = 15
     CORESIDENCY = 16
+    UNTRUSTED = 17
 
 
 class Error(Exception):
@@ -77,10 +79,13 @@ _DTYPES = {  # pointee of a pointer parameter -> torch dtype name
 class Runtime:
     """One opened (cache, model, device). Raises Error with the runtime's
     reason when it cannot serve: no manifest for the device's arch, a
-    damaged object, a missing symbol, a newer manifest format."""
+    damaged object, a missing symbol, a newer manifest format, a cache file
+    others could have changed (Status.UNTRUSTED: docs/contracts.md, "Trust";
+    lax_permissions=True opts out of the owner and mode checks, as
+    KFORGE_LAX_PERMISSIONS=1 does)."""
 
     def __init__(self, cache, model, device=0, backend=None, lazy=False,
-                 driver_path=None):
+                 driver_path=None, lax_permissions=False):
         if backend not in _BACKENDS:
             raise Error(Status.INVALID_ARGUMENT,
                         f"backend must be None, 'auto', 'cuda' or 'hip', got {backend!r}")
@@ -89,7 +94,8 @@ class Runtime:
         opts = _lib.RuntimeOptions(
             cache_dir=str(cache).encode(), model=str(model).encode(),
             device=int(device), backend=_BACKENDS[backend], lazy=1 if lazy else 0,
-            driver_path=driver_path.encode() if driver_path else None)
+            driver_path=driver_path.encode() if driver_path else None,
+            lax_permissions=1 if lax_permissions else 0)
         h = ctypes.c_void_p()
         st = lib.kf_runtime_open(ctypes.byref(opts), ctypes.byref(h))
         if st != 0:
@@ -158,6 +164,18 @@ class Runtime:
                 f"device={self.device}, backend={self.backend!r})")
 
 
+class Buffer(typing.NamedTuple):
+    """A buffer a kernel takes besides its operands (Kernel.buffers): pass a
+    device allocation of `bytes` bytes as parameter `arg` (index `param`).
+    zero_once: zero it once after allocating it; every launch leaves it as
+    the next needs it (launches sharing it must not overlap). Otherwise its
+    contents do not matter."""
+    arg: str
+    param: int
+    bytes: int
+    zero_once: bool
+
+
 class Kernel:
     """A callable kernel: k(*args, stream=None) launches with the manifest's
     grid, block and shared memory, args being every parameter but the
@@ -186,6 +204,14 @@ class Kernel:
         self._appends_rows = bool(params) and params[-1] == ("rows", "int")
         self._call_params = params[:-1] if self._appends_rows else params
         self._resources = None
+        buffers = []
+        for i in range(lib.kf_kernel_buffer_count(handle)):
+            b = _lib.Buffer()
+            st = lib.kf_kernel_buffer(handle, i, ctypes.byref(b))
+            if st != 0:
+                raise _last_error(st)
+            buffers.append(Buffer(b.arg.decode(), b.param, b.bytes, bool(b.zero_once)))
+        self.buffers = tuple(buffers)
 
     @property
     def resources(self):

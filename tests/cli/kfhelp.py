@@ -152,7 +152,7 @@ class Work:
     def argv(self, cmd, *args, common=True):
         argv = [self.kforge, cmd]
         common = common and self.use_common
-        if common and cmd in ("build", "warm", "keys", "explain"):
+        if common and cmd in ("build", "warm", "keys", "explain", "lint"):
             argv += self.common()
         elif common and cmd in ("ls", "verify", "gc"):
             argv += ["--cache", self.cache]
@@ -344,7 +344,10 @@ done
 [ -n "$compile" ] || exec "$REAL" "$@"
 # a compile
 if [ -n "$KF_WRAP_LOG" ]; then
-  '@PY@' -c 'import json,os,sys; print(json.dumps({"cwd": os.getcwd(), "argv": sys.argv[1:]}))' "$@" >> "$KF_WRAP_LOG"
+  # one write(2) per record on an O_APPEND descriptor: concurrent compiles'
+  # records never interleave (print() writes the newline separately when
+  # Python runs unbuffered)
+  '@PY@' -c 'import json,os,sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644); os.write(fd, (json.dumps({"cwd": os.getcwd(), "argv": sys.argv[2:]}) + "\n").encode()); os.close(fd)' "$KF_WRAP_LOG" "$@"
 fi
 if [ -n "$KF_WRAP_SLOW_MATCH" ]; then
   case "$*" in

@@ -121,8 +121,18 @@ class JsonResults(unittest.TestCase):
         sizes = {}
         ls_entries(self, w.kf("ls"), sizes)
         total = sum(sizes.values())
+        # every entry is referenced: nothing goes, and gc says what it kept
         r = w.ok("gc", "--json", "--max-size", str(total - 1))
         doc = json.loads(r.out)
+        self.assertEqual(doc["evicted"], [], str(r))
+        self.assertEqual({k["key"] for k in doc["kept"]}, set(keys.values()), str(r))
+        self.assertEqual(w.entries(), set(keys.values()))
+        r = w.ok("gc", "--json", "--max-size", str(total - 1), "--drop-manifest", "fx-small/sm_90a")
+        doc = json.loads(r.out)
+        self.assertEqual(len(doc["dropped_manifests"]), 1, str(r))
+        self.assertTrue(doc["dropped_manifests"][0].endswith("/v1/manifests/fx-small/sm_90a.json"),
+                        str(r))
+        self.assertFalse(os.path.exists(w.v1("manifests", "fx-small", "sm_90a.json")), str(r))
         self.assertEqual(len(doc["evicted"]), 1, str(r))
         gone = doc["evicted"][0]
         self.assertIn(gone["key"], set(keys.values()))
@@ -183,9 +193,17 @@ class GarbageCollection(unittest.TestCase):
                          f"gc --max-size {limit} must evict exactly the unreferenced entries\n{r}")
         self.assertIn("6 entries ok", w.ok("verify").out)
 
-        # over the limit with referenced entries only: least recently used go
-        # until the objects fit, and no more than that
+        # over the limit with referenced entries only: they are kept, and
+        # listed, so that the served model stays whole
         r = w.ok("gc", "--max-size", str(keep_total - 1))
+        self.assertEqual(w.entries(), set(keep.values()), str(r))
+        self.assertEqual(sum(1 for l in r.out.splitlines() if l.startswith("kept ")
+                             and l.endswith("(referenced by a manifest)")), 6, str(r))
+        self.assertIn("6 entries ok", w.ok("verify").out)
+        # told to drop the model's manifest: it goes first, then least
+        # recently used entries until the objects fit, and no more than that
+        r = w.ok("gc", "--max-size", str(keep_total - 1), "--drop-manifest", "fx-small")
+        self.assertFalse(os.path.exists(w.v1("manifests", "fx-small")), str(r))
         left = w.entries()
         self.assertEqual(len(left), 5, f"one eviction brings the total under the limit\n{r}")
         self.assertLessEqual(sum(sizes[k] for k in left), keep_total - 1)

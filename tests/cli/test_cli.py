@@ -303,6 +303,43 @@ class ImportHF(unittest.TestCase):
                        "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6,
                        "rope_theta": 1000000})
 
+    def test_import_hf_moe_gives_the_shipped_descriptions_kernels(self):
+        """Qwen3-30B-A3B (num_experts, moe_intermediate_size, norm_topk_prob:
+        true) and Mixtral-8x7B (num_local_experts, intermediate_size as the
+        experts' size): the imported description has the shipped one's keys."""
+        for config, name, family, shape in (
+                ("qwen3-30b-a3b.config.json", "qwen3-30b-a3b", "qwen3_moe",
+                 {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                  "norm_topk_prob": 1, "head_dim": 128, "num_key_value_heads": 4}),
+                ("mixtral-8x7b.config.json", "mixtral-8x7b", "mixtral",
+                 {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 14336,
+                  "head_dim": 128, "num_key_value_heads": 8})):
+            with self.subTest(name=name):
+                self.imported(config, name, family, shape, check_keys=False)
+                w = Work(self, "hf", copy_shipped=True)
+                out = f"{name}.json"
+                w.ok("import-hf", os.path.join(FIXTURES, "hf", config), "-o", out, "--name", name,
+                     common=False)
+                got = [w.kf("keys", "--templates", "shipped/templates", "--arch", "sm_90a", d,
+                            common=False) for d in (out, f"shipped/models/{name}.json")]
+                for r in got:
+                    self.assertEqual(r.rc, 0, str(r))
+                self.assertEqual(parse_keys(self, got[0].out), parse_keys(self, got[1].out))
+
+    def test_import_hf_moe_refuses_dense_layers_among_the_experts(self):
+        w = Work(self, "hf")
+        with open(os.path.join(FIXTURES, "hf", "qwen3-30b-a3b.config.json")) as f:
+            cfg = json.load(f)
+        for field, value in (("mlp_only_layers", [0, 1]), ("decoder_sparse_step", 2)):
+            with self.subTest(field=field):
+                bad = dict(cfg, **{field: value})
+                with open(w.path("config.json"), "w") as f:
+                    json.dump(bad, f)
+                r = w.kf("import-hf", "config.json", "-o", "x.json", common=False)
+                self.assertEqual(r.rc, 2, str(r))
+                self.assertIn(f"config.json: {field}: error:", r.err)
+                self.assertFalse(os.path.exists(w.path("x.json")))
+
     def test_import_hf_llama(self):
         self.imported("llama-3.2-1b.config.json", "llama-3.2-1b", "llama",
                       {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,

@@ -97,8 +97,10 @@ class KindsDoc(unittest.TestCase):
     def test_decode_attention_buffers_are_on_the_page(self):
         part = section(read(KINDS_MD), "decode_attention")
         buffers = part.split("### Buffers", 1)[1].split("###", 1)[0]
-        self.assertIn("workspace   W * NUM_KV_HEADS * SPLITS * (G * HEAD_DIM + 4 * ceil(G / 2))", buffers)
-        self.assertIn("semaphores  W * NUM_KV_HEADS ints, zero before the first launch", buffers)
+        self.assertIn("- `workspace`: `4 * W * NUM_KV_HEADS * SPLITS * (NUM_Q_HEADS / NUM_KV_HEADS"
+                      " * HEAD_DIM + (2 * (NUM_Q_HEADS / NUM_KV_HEADS) + 3) / 4 * 4)` bytes, init "
+                      "`none`", buffers)
+        self.assertIn("- `semaphores`: `4 * W * NUM_KV_HEADS` bytes, init `zero_once`", buffers)
 
     def test_a_malformed_schema_is_reported_with_its_place(self):
         tmp = self.copy_inputs()

@@ -2,8 +2,10 @@
 (no GPU or cuobjdump needed): what each kind of kernel may run before
 griddepcontrol.wait (ACQBULK). The GPU run (scripts/gpu-test) applies the same
 check to every shipped sm_90a kernel."""
+import json
 import os
 import sys
+import tempfile
 import unittest
 
 from kfhelp import SRC
@@ -57,7 +59,8 @@ class SassOrder(unittest.TestCase):
     def test_norm_and_rope_load_nothing_ahead(self):
         ok = listing("S2R R0, SR_TID.X", "ACQBULK", "LDG.E.128 R4, desc[UR6][R2.64]", "EXIT")
         early = listing("LDG.E.128 R4, desc[UR6][R2.64]", "ACQBULK", "EXIT")
-        for kind in ("input_norm", "post_attn_norm", "rope_kv_write"):
+        for kind in ("input_norm", "post_attn_norm", "rope_kv_write", "router", "moe_gate_up",
+                     "moe_down", "moe_combine"):
             with self.subTest(kind=kind):
                 self.assertEqual(sass_order.check(kind, ok), [])
                 self.assertEqual(len(sass_order.check(kind, early)), 1)
@@ -67,6 +70,18 @@ class SassOrder(unittest.TestCase):
         for kind in ("o_proj", "decode_attention", "input_norm"):
             with self.subTest(kind=kind):
                 self.assertEqual(len(sass_order.check(kind, sass)), 1)
+
+    def test_the_kernels_checked_are_those_the_manifests_name(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "v1", "manifests", "m"))
+            os.makedirs(os.path.join(d, "v1", "objects", "ab", "abc"))  # stale: no manifest
+            kernels = [{"id": "m/o_proj/w1/sm_90a", "object": "objects/cd/cd1/object.cubin"},
+                       {"id": "m/o_proj/w1/sm_100a", "object": "objects/ef/ef1/object.cubin"}]
+            with open(os.path.join(d, "v1", "manifests", "m", "sm_90a.json"), "w") as f:
+                json.dump({"kernels": kernels}, f)
+            self.assertEqual(list(sass_order.objects(d)),
+                             [("m/o_proj/w1/sm_90a",
+                               os.path.join(d, "v1", "objects/cd/cd1/object.cubin"))])
 
     def test_a_kernel_without_the_wait_fails(self):
         self.assertEqual(len(sass_order.check("o_proj", listing("EXIT"))), 1)

@@ -273,7 +273,7 @@ static kf_entry_meta sample_meta(void) {
   kf_strv_push(&m.command, "-O3");
   m.compiler_output = "ptxas info";
   m.compile_seconds = 1.25;
-  m.resources = (kf_meta_resources){32, 0, 4, 2, 512};
+  m.resources = (kf_meta_resources){32, 0, 4, 2, 512, -1, -1, -1, -1}; /* NVIDIA: no AMD figures */
   kf_entry_meta_add_input(&m, "file", "kf/x.cuh", "0123456789abcdef", NULL);
   kf_entry_meta_add_input(&m, "arg", "3", "fedcba9876543210", "-O3");
   return m;

@@ -99,6 +99,24 @@ KF_TEST(expr__parentheses_override_precedence) {
   KF_CHECK(int_is(" ( heads + 2 * 8 ) * 128 ", 4096));
 }
 
+KF_TEST(expr__min_and_max_take_two_or_more_arguments) {
+  KF_CHECK(int_is("min(heads, 8)", 8));
+  KF_CHECK(int_is("max(heads, 8)", 16));
+  KF_CHECK(int_is("min(hidden_size / 16, heads * 2, 40) + 1", 33));
+  KF_CHECK(int_is("max (-3, -heads)", -3));
+  KF_CHECK(int_is("2 * min(3, max(1, 2))", 4));
+  KF_CHECK(float_is("min(eps, 1)", 1e-6));
+  KF_CHECK(float_is("max(eps, 1)", 1.0));
+  KF_CHECK(fails("min(3)"));
+  KF_CHECK_CONTAINS(err, "min() takes at least two arguments");
+  KF_CHECK(fails("max(1, 2"));
+  KF_CHECK_CONTAINS(err, "expected ',' or ')'");
+  KF_CHECK(fails("min()"));
+  KF_CHECK(fails("min(1,, 2)"));
+  KF_CHECK(fails("mean(1, 2)")); /* only min and max are functions */
+  KF_CHECK_CONTAINS(err, "unknown name 'mean'");
+}
+
 KF_TEST(expr__unary_minus) {
   KF_CHECK(int_is("-5", -5));
   KF_CHECK(int_is("-(2 + 3)", -5));

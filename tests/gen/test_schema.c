@@ -119,7 +119,8 @@ KF_TEST(schema__every_problem_is_reported_in_order_and_counted) {
   const char *want[] = {
       "t.json: template: error: must be \"t\" (the file's name)\n",
       "t.json: entry: error: must name the device function template to call\n",
-      "t.json: params.n: error: parameter names are upper-case identifiers other than W\n",
+      "t.json: params.n: error: parameter names are upper-case identifiers ([A-Z][A-Z0-9_]*) "
+      "other than W and MMA\n",
       "t.json: args[0]: error: unknown argument type \"double*\"; allowed: ",
       "t.json: args: error: the last argument must be {\"name\": \"rows\", \"type\": \"int\"}\n",
       "t.json: launch.grid: error: must be an array of 3 dimensions\n",
@@ -144,7 +145,7 @@ KF_TEST(schema__template_eval_binds_params_width_and_mma) {
   kf_template *t = load(root, rels, "t", &errors, &err);
   KF_CHECK(t);
   kf_value values[2] = {{0, 96, 0}, {1, 0, 0.25}};
-  kf_kernel_desc k = {"k", t, values, "models/m.json"};
+  kf_kernel_desc k = {.kind = "k", .tmpl = t, .values = values, .source_file = "models/m.json"};
   int64_t v = 0;
   char msg[256] = "";
   KF_CHECK(kf_template_eval(&k, 4, 1, t->grid[0], &v, msg, sizeof msg) == 0);
@@ -159,6 +160,182 @@ KF_TEST(schema__template_eval_binds_params_width_and_mma) {
   KF_CHECK_CONTAINS(msg, "unknown name 'hidden_size'");
   free(err);
   kf_template_free(t);
+}
+
+/* Loads e/t.json written from text (with t.cuh beside it) and expects it
+ * refused with each of want (NULL-terminated) among the messages, one
+ * error counted per line. */
+static int refuses(const char *text, const char *const *want) {
+  const char *root = fx_tmpdir();
+  fx_write_free(root, "e/t.cuh", "#pragma once\n");
+  fx_write_free(root, "e/t.json", text);
+  const char *rels[] = {"e", NULL};
+  int errors = 0;
+  char *err = NULL;
+  kf_template *t = load(root, rels, "t", &errors, &err);
+  int ok = t == NULL && errors > 0 && fx_count_lines_with(err, "error:") == errors;
+  for (const char *const *w = want; *w; w++)
+    if (!strstr(err, *w)) {
+      fprintf(stderr, "want: %s\ngot:\n%s", *w, err);
+      ok = 0;
+    }
+  kf_template_free(t);
+  free(err);
+  return ok;
+}
+
+/* A schema with params (spliced), args and launch (spliced) otherwise valid. */
+static char *schema_with(const char *entry, const char *params, const char *args,
+                         const char *launch) {
+  return kf_xasprintf("{\"template\": \"t\", \"header\": \"t.cuh\", \"entry\": \"%s\",\n"
+                      " \"params\": {%s},\n"
+                      " \"args\": [%s{\"name\": \"rows\", \"type\": \"int\"}],\n"
+                      " \"launch\": {%s}}\n",
+                      entry, params, args, launch);
+}
+
+static const char *const OK_LAUNCH = "\"grid\": [\"W\", 1, 1], \"block\": [64, 1, 1]";
+
+KF_TEST(schema__constraints_that_no_value_or_every_value_meets_are_refused) {
+  struct {
+    const char *params;
+    const char *want;
+  } cases[] = {
+      {"\"N\": {\"type\": \"int\", \"multiple_of\": 0}",
+       "t.json: params.N.multiple_of: error: must be a positive integer, got 0\n"},
+      {"\"N\": {\"type\": \"int\", \"multiple_of\": -8}",
+       "t.json: params.N.multiple_of: error: must be a positive integer, got -8\n"},
+      {"\"N\": {\"type\": \"int\", \"multiple_of\": 2.5}",
+       "t.json: params.N.multiple_of: error: must be a positive integer, got 2.5\n"},
+      {"\"N\": {\"type\": \"int\", \"one_of\": []}",
+       "t.json: params.N.one_of: error: must be a non-empty array of integers, got []\n"},
+      {"\"N\": {\"type\": \"int\", \"one_of\": 16}",
+       "t.json: params.N.one_of: error: must be a non-empty array of integers, got a number\n"},
+      {"\"N\": {\"type\": \"int\", \"one_of\": [16, \"32\"]}",
+       "t.json: params.N.one_of[1]: error: must be an integer, got a string\n"},
+      {"\"N\": {\"type\": \"int\", \"min\": 32, \"one_of\": [16, 64]}",
+       "t.json: params.N.one_of[0]: error: 16 breaks the parameter's min, max or multiple_of\n"},
+      {"\"N\": {\"type\": \"int\", \"min\": 64, \"max\": 8}",
+       "t.json: params.N: error: min 64 is above max 8: no value is allowed\n"},
+      {"\"N\": {\"type\": \"int\", \"min\": \"8\"}",
+       "t.json: params.N.min: error: must be an integer, got a string\n"},
+      {"\"N\": {\"type\": \"int\", \"max\": 7.5}",
+       "t.json: params.N.max: error: must be an integer, got a number\n"},
+      {"\"EPS\": {\"type\": \"float\", \"multiple_of\": 2}",
+       "t.json: params.EPS.multiple_of: error: is for int parameters only, got a number\n"},
+      {"\"EPS\": {\"type\": \"float\", \"one_of\": [1]}",
+       "t.json: params.EPS.one_of: error: is for int parameters only, got an array\n"},
+      {"\"N\": {\"type\": \"int\"}, \"N\": {\"type\": \"int\", \"min\": 9}",
+       "t.json: params.N: error: duplicate member \"N\"\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *text = schema_with("t::entry", cases[i].params, "", OK_LAUNCH);
+    const char *want[] = {cases[i].want, NULL};
+    KF_CHECK(refuses(text, want));
+    free(text);
+  }
+}
+
+KF_TEST(schema__names_pasted_into_the_generated_source_must_be_identifiers) {
+  struct {
+    const char *entry, *params, *args, *want;
+  } cases[] = {
+      {"kf::x(); system(\\\"id\\\"); kf::y", "", "",
+       "t.json: entry: error: must be a C++ name such as \"kf::add_rmsnorm_entry\""},
+      {"kf::", "", "", "t.json: entry: error: must be a C++ name"},
+      {"kf:::x", "", "", "t.json: entry: error: must be a C++ name"},
+      {"kf::template", "", "", "t.json: entry: error: must be a C++ name"},
+      {"t::e", "\"N-1\": {\"type\": \"int\"}", "",
+       "t.json: params.N-1: error: parameter names are upper-case identifiers"},
+      {"t::e", "\"MMA\": {\"type\": \"int\"}", "",
+       "t.json: params.MMA: error: parameter names are upper-case identifiers"},
+      {"t::e", "\"Nx\": {\"type\": \"int\"}", "",
+       "t.json: params.Nx: error: parameter names are upper-case identifiers"},
+      {"t::e", "", "{\"name\": \"x); evil(\", \"type\": \"int*\"}, ",
+       "t.json: args[0].name: error: must be a C identifier that is not a keyword, got \"x); "
+       "evil(\"\n"},
+      {"t::e", "", "{\"name\": \"int\", \"type\": \"int*\"}, ",
+       "t.json: args[0].name: error: must be a C identifier that is not a keyword"},
+      {"t::e", "", "{\"name\": \"__x\", \"type\": \"int*\"}, ",
+       "t.json: args[0].name: error: must be a C identifier that is not a keyword"},
+      {"t::e", "", "{\"name\": \"rows\", \"type\": \"int*\"}, ",
+       "t.json: args[1].name: error: \"rows\" is also the name of args[0]\n"},
+      {"t::e", "", "{\"name\": \"x\", \"type\": \"int*; int y\"}, ",
+       "t.json: args[0]: error: unknown argument type \"int*; int y\""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *text = schema_with(cases[i].entry, cases[i].params, cases[i].args, OK_LAUNCH);
+    const char *want[] = {cases[i].want, NULL};
+    KF_CHECK(refuses(text, want));
+    free(text);
+  }
+  /* a qualified name, with a leading "::" too, is an entry */
+  const char *root = fx_tmpdir();
+  fx_write_free(root, "q/t.cuh", "#pragma once\n");
+  char *text = schema_with("::kf::v2::entry_1", "\"HEAD_DIM_2\": {\"type\": \"int\"}",
+                           "{\"name\": \"x_0\", \"type\": \"int*\"}, ", OK_LAUNCH);
+  fx_write_free(root, "q/t.json", text);
+  free(text);
+  const char *rels[] = {"q", NULL};
+  int errors = 0;
+  char *err = NULL;
+  kf_template *t = load(root, rels, "t", &errors, &err);
+  KF_CHECK(t && errors == 0);
+  KF_CHECK_STR_EQ(err, "");
+  free(err);
+  kf_template_free(t);
+}
+
+KF_TEST(schema__launch_dims_given_as_numbers_are_checked_against_every_backend) {
+  struct {
+    const char *launch, *want;
+  } cases[] = {
+      {"\"grid\": [\"W\", 1, 1], \"block\": [1e9, 1, 1]",
+       "t.json: launch.block[0]: error: block[0] = 1000000000; a block's x must be from 1 to "
+       "1024\n"},
+      {"\"grid\": [\"W\", 1, 1], \"block\": [64, 32, 1]",
+       "t.json: launch.block: error: a block of 64 x 32 x 1 = 2048 threads; at most 1024\n"},
+      {"\"grid\": [\"W\", 1, 1], \"block\": [1, 1, 65]",
+       "t.json: launch.block[2]: error: block[2] = 65; a block's z must be from 1 to 64\n"},
+      {"\"grid\": [0, 1, 1], \"block\": [32, 1, 1]",
+       "t.json: launch.grid[0]: error: grid[0] = 0; the grid's x must be from 1 to 2147483647\n"},
+      {"\"grid\": [\"W\", -1, 1], \"block\": [32, 1, 1]",
+       "t.json: launch.grid[1]: error: grid[1] = -1; the grid's y must be from 1 to 65535\n"},
+      {"\"grid\": [\"W\", 1, 1], \"block\": [32, 1, 1], \"cluster\": [0, 1, 1]",
+       "t.json: launch.cluster[0]: error: cluster[0] = 0; must be at least 1\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *text = schema_with("t::e", "", "", cases[i].launch);
+    const char *want[] = {cases[i].want, NULL};
+    KF_CHECK(refuses(text, want));
+    free(text);
+  }
+}
+
+KF_TEST(schema__max_width_is_read_and_checked) {
+  char *text = schema_with("t::e", "", "", OK_LAUNCH);
+  char *bad = kf_xasprintf("%.*s, \"max_width\": 0}\n", (int)(strrchr(text, '}') - text), text);
+  const char *want[] = {"t.json: max_width: error: must be an integer from 1 to 256", NULL};
+  KF_CHECK(refuses(bad, want));
+  free(bad);
+  const char *root = fx_tmpdir();
+  fx_write_free(root, "m/t.cuh", "#pragma once\n");
+  char *good = kf_xasprintf("%.*s, \"max_width\": 8}\n", (int)(strrchr(text, '}') - text), text);
+  fx_write_free(root, "m/t.json", good);
+  const char *rels[] = {"m", NULL};
+  int errors = 0;
+  char *err = NULL;
+  kf_template *t = load(root, rels, "t", &errors, &err);
+  KF_CHECK(t && t->max_width == 8);
+  kf_template_free(t);
+  free(err);
+  fx_write_free(root, "m/t.json", text);
+  t = load(root, rels, "t", &errors, &err);
+  KF_CHECK(t && t->max_width == KF_MAX_WIDTH);
+  kf_template_free(t);
+  free(err);
+  free(good);
+  free(text);
 }
 
 KF_TEST_MAIN()

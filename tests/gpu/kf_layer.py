@@ -90,7 +90,7 @@ class Shape:
         self.tparams = {kind: params for kind, (_, params, _) in built.items()}
         self.templates = {kind: template for kind, (template, _, _) in built.items()}
         self.hidden = shape["hidden_size"]
-        self.inter = shape["intermediate_size"]
+        self.inter = shape.get("intermediate_size")  # None: a mixture of experts
         self.hq = shape["num_attention_heads"]
         self.hkv = shape["num_key_value_heads"]
         self.d = shape["head_dim"]
@@ -361,11 +361,13 @@ class LayerWeights:
         self.k_norm = (1 + 0.1 * torch.randn(s.d, device="cuda", generator=gen)).to(torch.bfloat16)
         self.qkv = randn(s.qkv_n, h, scale=h ** -0.5, gen=gen)
         self.o = randn(h, s.hq * s.d, scale=(s.hq * s.d) ** -0.5, gen=gen)
-        self.gate_up = randn(2 * i, h, scale=h ** -0.5, gen=gen)
-        self.down = randn(h, i, scale=i ** -0.5, gen=gen)
+        # the dense MLP (a mixture of experts has its own weights: test_moe.py)
+        self.gate_up = randn(2 * i, h, scale=h ** -0.5, gen=gen) if i else None
+        self.down = randn(h, i, scale=i ** -0.5, gen=gen) if i else None
 
     def nbytes(self):
-        return sum(t.numel() * 2 for t in (self.qkv, self.o, self.gate_up, self.down))
+        return sum(t.numel() * 2 for t in (self.qkv, self.o, self.gate_up, self.down)
+                   if t is not None)
 
 
 class LayerBuffers:
@@ -378,7 +380,7 @@ class LayerBuffers:
         self.attn = poisoned(width, s.hq * s.d)
         self.o = poisoned(width, s.hidden)
         self.h2 = poisoned(width, s.hidden)
-        self.act = poisoned(width, s.inter)
+        self.act = poisoned(width, s.inter) if s.inter else None
         self.mlp = poisoned(width, s.hidden)
         self.ws, self.sem = attention_scratch(s, width)
 
@@ -387,10 +389,10 @@ def layer_kernels(rt, rows):
     return {kind: rt.kernel(kind, rows) for kind in KINDS}
 
 
-def run_layer(ks, s, w, buf, kv, x, residual, positions, slots, stream=None):
-    """One decoder layer through the eight kernels. x: the previous layer's
-    MLP output, residual: updated in place; returns buf.mlp (this layer's
-    MLP output); kv.k/kv.v receive the step's k and v."""
+def run_attention(ks, s, w, buf, kv, x, residual, positions, slots, stream=None):
+    """A decoder layer up to the MLP's input, through its first six kernels.
+    x: the previous layer's MLP output, residual: updated in place; returns
+    buf.h2 (the MLP's normalised input); kv.k/kv.v receive the step's k and v."""
     call(ks["input_norm"], stream, x=x, residual=residual, weight=w.in_norm, out=buf.h)
     call(ks["qkv_proj"], stream, x=buf.h, w=w.qkv, y=buf.qkv)
     call(ks["rope_kv_write"], stream, qkv=buf.qkv, positions=positions, slots=slots,
@@ -400,14 +402,21 @@ def run_layer(ks, s, w, buf, kv, x, residual, positions, slots, stream=None):
          seq_lens=kv.seq_lens, out=buf.attn, workspace=buf.ws, semaphores=buf.sem)
     call(ks["o_proj"], stream, x=buf.attn, w=w.o, y=buf.o)
     call(ks["post_attn_norm"], stream, x=buf.o, residual=residual, weight=w.post_norm, out=buf.h2)
+    return buf.h2
+
+
+def run_layer(ks, s, w, buf, kv, x, residual, positions, slots, stream=None):
+    """One dense decoder layer through the eight kernels (run_attention, then
+    the MLP); returns buf.mlp (this layer's MLP output)."""
+    run_attention(ks, s, w, buf, kv, x, residual, positions, slots, stream)
     call(ks["gate_up_proj"], stream, x=buf.h2, w=w.gate_up, out=buf.act)
     call(ks["down_proj"], stream, x=buf.act, w=w.down, y=buf.mlp)
     return buf.mlp
 
 
-def ref_layer(s, w, kv_k, kv_v, kv, x, residual, rows):
-    """fp32 reference of run_layer on the same inputs (kv_k/kv_v: the caches
-    before the step). Returns (mlp_out, residual_out, k_new, v_new)."""
+def ref_attention(s, w, kv_k, kv_v, kv, x, residual, rows):
+    """fp32 reference of run_attention on the same inputs (kv_k/kv_v: the
+    caches before the step). Returns (h2, residual_out, k_new, v_new)."""
     h, res = ref_add_rmsnorm(x[:rows], residual[:rows], w.in_norm, s.eps)
     qkv = h @ w.qkv.float().t()
     pos = kv.positions()[:rows]
@@ -422,6 +431,12 @@ def ref_layer(s, w, kv_k, kv_v, kv, x, residual, rows):
         attn[r] = ref_attention_row(q[r], kr, vr, s)
     o = attn.reshape(rows, -1) @ w.o.float().t()
     h2, res2 = ref_add_rmsnorm(o, res, w.post_norm, s.eps)
+    return h2, res2, k_new, v_new
+
+
+def ref_layer(s, w, kv_k, kv_v, kv, x, residual, rows):
+    """fp32 reference of run_layer. Returns (mlp_out, residual_out, k_new, v_new)."""
+    h2, res2, k_new, v_new = ref_attention(s, w, kv_k, kv_v, kv, x, residual, rows)
     act = ref_gate_up(h2, w.gate_up, s.inter)
     mlp = act @ w.down.float().t()
     return mlp, res2, k_new, v_new

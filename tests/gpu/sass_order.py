@@ -16,15 +16,18 @@ SASS. Before the first ACQBULK a kernel may issue:
     loads on the read-only, non-allocating path (LDG.E.NA.128.CONSTANT, the
     older tokens' K and V through load_stream) and L2 prefetches (of older
     tokens' K and V: cp.async.bulk.prefetch.L2, which returns nothing);
-  - the norms and rope_kv_write: no global load at all;
+  - the norms, rope_kv_write and the MoE kinds (router, moe_gate_up,
+    moe_down, moe_combine: which experts to read comes from the router):
+    no global load at all;
 and no kernel stores, atomics or matrix instructions there.
 
-Usage: sass_order.py CACHE            every sm_90 object of a kforge cache
+Usage: sass_order.py CACHE            every sm_90 kernel a manifest of a kforge cache names
                                       (needs cuobjdump: the GPU machine)
        sass_order.py --sass FILE KIND a SASS listing saved earlier
 Exit status 1 when a kernel breaks its rule (each named, with the
 instructions), 0 otherwise.
 """
+import concurrent.futures
 import json
 import os
 import re
@@ -78,13 +81,23 @@ def kind_of(kernel_id):
 
 
 def objects(cache):
-    root = os.path.join(cache, "v1", "objects")
-    for dp, _, fs in os.walk(root):
-        if "meta.json" in fs:
-            with open(os.path.join(dp, "meta.json")) as f:
-                meta = json.load(f)
-            if re.search(r"/sm_9\d", meta["kernel_id"]):
-                yield meta["kernel_id"], os.path.join(dp, meta["object"])
+    """(kernel id, object path) of every sm_90 kernel the cache's manifests
+    name (older entries that no manifest names are not what a server runs)."""
+    root = os.path.join(cache, "v1")
+    for dp, _, fs in os.walk(os.path.join(root, "manifests")):
+        for name in fs:
+            if not name.endswith(".json"):
+                continue
+            with open(os.path.join(dp, name)) as f:
+                manifest = json.load(f)
+            for k in manifest["kernels"]:
+                if re.search(r"/sm_9\d", k["id"]):
+                    yield k["id"], os.path.join(root, k["object"])
+
+
+def sass_of(obj):
+    return subprocess.run(["cuobjdump", "-sass", obj], capture_output=True, text=True,
+                          check=True).stdout
 
 
 def main(argv):
@@ -92,11 +105,10 @@ def main(argv):
         with open(argv[2]) as f:
             results = [(argv[2], check(argv[3], f.read()))]
     elif len(argv) == 2:
-        results = []
-        for kid, obj in sorted(objects(argv[1])):
-            sass = subprocess.run(["cuobjdump", "-sass", obj], capture_output=True, text=True,
-                                  check=True).stdout
-            results.append((kid, check(kind_of(kid), sass)))
+        found = sorted(objects(argv[1]))
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 4) as pool:
+            listings = list(pool.map(sass_of, [obj for _, obj in found]))
+        results = [(kid, check(kind_of(kid), sass)) for (kid, _), sass in zip(found, listings)]
         if not results:
             print(f"sass_order: no sm_90 objects under {argv[1]}", file=sys.stderr)
             return 2

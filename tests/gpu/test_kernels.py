@@ -232,6 +232,13 @@ class AttentionTests(_Base):
         out = L.poisoned(w, s.hq * s.d)
         ws, sem = L.attention_scratch(s, w)
         ws.fill_(float("nan"))
+        # the manifest declares what the header documents (Kernel.buffers)
+        bufs = {b.arg: b for b in k.buffers}
+        self.assertEqual(sorted(bufs), ["semaphores", "workspace"], f"{model}: buffers")
+        self.assertEqual((bufs["workspace"].bytes, bufs["workspace"].zero_once),
+                         (4 * s.workspace_floats(w), False), f"{model}: workspace")
+        self.assertEqual((bufs["semaphores"].bytes, bufs["semaphores"].zero_once),
+                         (4 * w * s.hkv, True), f"{model}: semaphores")
         L.call(k, q=q, k_cache=kv.k, v_cache=kv.v, block_tables=bt,
                block_table_stride=bt.shape[1], seq_lens=lens, out=out, workspace=ws,
                semaphores=sem)

@@ -94,6 +94,28 @@ class BindingTest(unittest.TestCase):
                     return os.path.join(self.cache, "v1", k["object"])
         raise KeyError(kernel_id)
 
+    def test_untrusted_cache_is_refused_unless_lax_permissions(self):
+        self.make()
+        os.environ.pop("KFORGE_LAX_PERMISSIONS", None)
+        obj = self.object_path("m/norm/w2/sm_90a")
+        os.chmod(obj, 0o666)
+        with self.assertRaises(kforge.Error) as cm:
+            self.open()
+        self.assertEqual(cm.exception.status, kforge.Status.UNTRUSTED)
+        self.assertIn(f"{obj}: error: writable by others", cm.exception.reason)
+        self.assertEqual(self.open(lax_permissions=True).model, "m")
+        os.chmod(obj, 0o644)
+        # a link out of the cache is refused whatever the option
+        outside = tempfile.mkdtemp(prefix="kfpy-out-")
+        self.addCleanup(shutil.rmtree, outside, True)
+        entry = os.path.dirname(obj)
+        shutil.move(entry, os.path.join(outside, "e"))
+        os.symlink(os.path.join(outside, "e"), entry)
+        with self.assertRaises(kforge.Error) as cm:
+            self.open(lax_permissions=True)
+        self.assertEqual(cm.exception.status, kforge.Status.UNTRUSTED)
+        self.assertIn("symbolic link", cm.exception.reason)
+
     def test_status_enum_matches_the_c_header(self):
         import re
         header = os.path.join(os.path.dirname(__file__), "..", "..", "runtime", "include",
@@ -104,6 +126,27 @@ class BindingTest(unittest.TestCase):
         self.assertGreater(len(c), 15)
         py = {("OK" if n == "OK" else "ERR_" + n): int(v) for n, v in kforge.Status.__members__.items()}
         self.assertEqual(py, c)
+
+    def test_kernel_buffers_come_from_the_manifest(self):
+        import json
+        self.make(specs=(("norm", "1,2", NORM),
+                         ("attn", "4", "float* o; float* ws; int* sem; int rows")))
+        path = os.path.join(self.cache, "v1", "manifests", "m", "sm_90a.json")
+        with open(path) as f:
+            man = json.load(f)
+        for k in man["kernels"]:
+            if k["kind"] == "attn":
+                k["buffers"] = [{"arg": "ws", "bytes": 4096, "init": "none"},
+                                {"arg": "sem", "bytes": 64, "init": "zero_once"}]
+        with open(path, "w") as f:
+            json.dump(man, f)
+        rt = self.open()
+        attn = rt.kernel("attn", 3)
+        self.assertEqual(attn.buffers, (kforge.Buffer("ws", 1, 4096, False),
+                                        kforge.Buffer("sem", 2, 64, True)))
+        self.assertEqual(attn.buffers[1].zero_once, True)
+        self.assertEqual(rt.kernel("norm", 2).buffers, ())
+        rt.close()
 
     def test_open_reports_arch_model_and_kernel_ids(self):
         self.make()

@@ -716,7 +716,7 @@ KF_TEST(errors__statuses_have_distinct_texts_and_handles_keep_theirs) {
   char ra[512], rb[512];
   int rows = 1;
   kf_arg args[] = {{&rows, 4}};
-  for (int i = 0; i <= KF_ERR_CORESIDENCY; i++)
+  for (int i = 0; i <= KF_ERR_UNTRUSTED; i++)
     for (int j = 0; j < i; j++)
       KF_CHECK(strcmp(kf_strerror((kf_status)i), kf_strerror((kf_status)j)));
   fresh();
@@ -1436,6 +1436,222 @@ KF_TEST(hip__cooperative_kernels_are_checked_against_the_cus_and_launched_cooper
   unsetenv("FAKE_HIP_CUS");
   unsetenv("FAKE_HIP_BLOCKS_PER_CU");
   drop_cache(cache);
+  free(man);
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+/* A cache of model "m" (sm_90a) holding norm w4 and attn w8 ("float* o;
+ * const float* x; float* ws; int* sem; int rows"), attn's entry given
+ * `buffers` (the JSON value of its "buffers" member); *man is the manifest. */
+static char *buffers_cache(const char *buffers, char **man) {
+  fx_spec specs[] = {
+      {"norm", 4, NORM_PARAMS, 0, NULL, 0, 0},
+      {"attn", 8, "float* o; const float* x; float* ws; int* sem; int rows", 0, NULL, 0, 0}};
+  char *cache = fx_tmpdir(), *text, *at, *edited;
+  if (fx_cache_add(cache, "m", "sm_90a", specs, 2, 1) != 0)
+    abort();
+  *man = fx_manifest_path(cache, "m", "sm_90a");
+  text = slurp(*man);
+  at = strstr(text, "\"m/attn/w8/sm_90a\"");
+  at = at ? strchr(at, ',') : NULL;
+  if (!at)
+    abort();
+  at += 1;
+  if (asprintf(&edited, "%.*s \"buffers\": %s,%s", (int)(at - text), text, buffers, at) < 0)
+    abort();
+  if (fx_write_file(*man, edited, strlen(edited)) != 0)
+    abort();
+  free(text);
+  free(edited);
+  return cache;
+}
+
+KF_TEST(buffers__are_reported_with_their_parameter_size_and_init) {
+  char *man, *cache = buffers_cache("[{\"arg\": \"ws\", \"bytes\": 266240, \"init\": \"none\"}, "
+                                    "{\"arg\": \"sem\", \"bytes\": 32, \"init\": \"zero_once\"}]",
+                                    &man);
+  kf_runtime *rt = NULL;
+  kf_kernel *attn = NULL, *norm = NULL;
+  kf_buffer b;
+  fresh();
+  for (int lazy = 0; lazy < 2; lazy++) {
+    KF_CHECK(open_cuda(cache, lazy, &rt) == KF_OK);
+    KF_CHECK(kf_kernel_find(rt, "attn", 5, &attn) == KF_OK);
+    KF_CHECK(kf_kernel_buffer_count(attn) == 2);
+    KF_CHECK(kf_kernel_buffer(attn, 0, &b) == KF_OK);
+    KF_CHECK_STR_EQ(b.arg, "ws");
+    KF_CHECK(b.param == 2 && b.bytes == 266240 && b.zero_once == 0);
+    KF_CHECK(kf_kernel_buffer(attn, 1, &b) == KF_OK);
+    KF_CHECK_STR_EQ(b.arg, "sem");
+    KF_CHECK(b.param == 3 && b.bytes == 32 && b.zero_once == 1);
+    KF_CHECK(kf_kernel_buffer(attn, 2, &b) == KF_ERR_INVALID_ARGUMENT);
+    KF_CHECK_CONTAINS(kf_last_error(), "no buffer 2 (2 buffers)");
+    KF_CHECK(kf_kernel_buffer(attn, -1, &b) == KF_ERR_INVALID_ARGUMENT);
+    KF_CHECK(kf_kernel_buffer(attn, 0, NULL) == KF_ERR_INVALID_ARGUMENT);
+    /* a kernel without buffers has none */
+    KF_CHECK(kf_kernel_find(rt, "norm", 4, &norm) == KF_OK);
+    KF_CHECK(kf_kernel_buffer_count(norm) == 0);
+    KF_CHECK(kf_kernel_buffer(norm, 0, &b) == KF_ERR_INVALID_ARGUMENT);
+    kf_runtime_close(rt);
+  }
+  KF_CHECK(kf_kernel_buffer_count(NULL) == 0);
+  drop_cache(cache);
+  free(man);
+}
+
+KF_TEST(buffers__that_are_malformed_or_name_no_writable_pointer_refuse_the_manifest) {
+  static const struct {
+    const char *buffers, *reason;
+  } cases[] = {
+      {"{}", "kernels[0].buffers: error: must be an array"},
+      {"[{\"arg\": \"nope\", \"bytes\": 4, \"init\": \"none\"}]",
+       "kernels[0].buffers[0].arg: error: 'nope' is not a parameter of the kernel"},
+      {"[{\"arg\": \"x\", \"bytes\": 4, \"init\": \"none\"}]",
+       "kernels[0].buffers[0].arg: error: 'x' is 'const float*', not a writable pointer"},
+      {"[{\"arg\": \"rows\", \"bytes\": 4, \"init\": \"none\"}]",
+       "kernels[0].buffers[0].arg: error: 'rows' is 'int', not a writable pointer"},
+      {"[{\"arg\": \"ws\", \"bytes\": 0, \"init\": \"none\"}]", "kernels[0].buffers[0].bytes"},
+      {"[{\"arg\": \"ws\", \"bytes\": 1.5, \"init\": \"none\"}]", "kernels[0].buffers[0].bytes"},
+      {"[{\"arg\": \"ws\", \"bytes\": 4}]", "kernels[0].buffers[0].init: error: missing"},
+      {"[{\"arg\": \"ws\", \"bytes\": 4, \"init\": \"zero\"}]",
+       "kernels[0].buffers[0].init: error: 'zero' is neither"},
+      {"[{\"arg\": \"ws\", \"bytes\": 4, \"init\": \"none\"}, "
+       "{\"arg\": \"ws\", \"bytes\": 8, \"init\": \"none\"}]",
+       "kernels[0].buffers[1].arg: error: 'ws' repeats buffers[0]"},
+      {"[7]", "kernels[0].buffers[0].arg: error: the element must be an object"},
+  };
+  fresh();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *man, *cache = buffers_cache(cases[i].buffers, &man);
+    for (int lazy = 0; lazy < 2; lazy++) {
+      kf_runtime *rt = NULL;
+      KF_CHECK(open_cuda(cache, lazy, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+      KF_CHECK_CONTAINS(kf_last_error(), cases[i].reason);
+    }
+    KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+    drop_cache(cache);
+    free(man);
+  }
+}
+
+/* ---- trust (docs/contracts.md, "Trust") ---- */
+
+/* The entry directory of kernel norm/w4, malloc'd. */
+static char *norm4_entry_dir(const char *cache) {
+  char *obj = fx_object_path(cache, "m", "sm_90a", "norm", 4);
+  *strrchr(obj, '/') = '\0';
+  return obj;
+}
+
+KF_TEST(trust__refuses_an_entry_directory_linked_outside_the_cache) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1), *outside = fx_tmpdir();
+  char *dir = norm4_entry_dir(cache), moved[4096];
+  kf_runtime *rt = (kf_runtime *)1;
+  fresh();
+  snprintf(moved, sizeof moved, "%s/entry", outside);
+  KF_CHECK(rename(dir, moved) == 0 && symlink(moved, dir) == 0);
+  /* the object there is intact: only the link is wrong */
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_UNTRUSTED && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "kernel m/norm/w4/sm_90a");
+  KF_CHECK_CONTAINS(kf_last_error(), dir);
+  KF_CHECK_CONTAINS(kf_last_error(), "symbolic link");
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "live_modules") == 0);
+  drop_cache(cache);
+  drop_cache(outside);
+  free(dir);
+}
+
+KF_TEST(trust__a_fifo_object_is_refused_without_blocking) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  char *obj = fx_object_path(cache, "m", "sm_90a", "proj", 4);
+  kf_runtime *rt = (kf_runtime *)1;
+  fresh();
+  KF_CHECK(unlink(obj) == 0 && mkfifo(obj, 0644) == 0);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_IO && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "not a regular file");
+  KF_CHECK_CONTAINS(kf_last_error(), obj);
+  drop_cache(cache);
+  free(obj);
+}
+
+KF_TEST(trust__refuses_group_or_world_writable_parts_unless_lax) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  char *man = fx_manifest_path(cache, "m", "sm_90a"), *dir = strdup(man);
+  char *obj = fx_object_path(cache, "m", "sm_90a", "proj", 4);
+  kf_runtime *rt = (kf_runtime *)1;
+  kf_runtime_options o = options(cache, "m", FAKE_CUDA_PATH);
+  fresh();
+  *strrchr(dir, '/') = '\0'; /* manifests/m */
+  unsetenv("KFORGE_LAX_PERMISSIONS");
+  struct {
+    const char *path;
+    mode_t bad, good;
+    const char *why;
+  } parts[] = {{cache, 0770, 0700, "writable by group"},
+               {man, 0646, 0644, "writable by others"},
+               {dir, 0775, 0755, "writable by group"},
+               {obj, 0664, 0644, "writable by group"}};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    char want[4200];
+    KF_CHECK(chmod(parts[i].path, parts[i].bad) == 0);
+    KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_UNTRUSTED && rt == NULL);
+    snprintf(want, sizeof want, "%s: error: %s", parts[i].path, parts[i].why);
+    KF_CHECK_CONTAINS(kf_last_error(), want);
+    /* the opt-out: the option, and the environment */
+    o.lax_permissions = 1;
+    KF_CHECK(kf_runtime_open(&o, &rt) == KF_OK);
+    kf_runtime_close(rt);
+    o.lax_permissions = 0;
+    setenv("KFORGE_LAX_PERMISSIONS", "1", 1);
+    KF_CHECK(kf_runtime_open(&o, &rt) == KF_OK);
+    kf_runtime_close(rt);
+    unsetenv("KFORGE_LAX_PERMISSIONS");
+    KF_CHECK(chmod(parts[i].path, parts[i].good) == 0);
+  }
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+  free(dir);
+  free(man);
+  free(obj);
+}
+
+KF_TEST(trust__refuses_an_object_owned_by_another_user) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  char *obj = fx_object_path(cache, "m", "sm_90a", "norm", 2);
+  kf_runtime *rt = (kf_runtime *)1;
+  fresh();
+  if (geteuid() == 0) { /* only root can give a file away */
+    KF_CHECK(chown(obj, 65534, 65534) == 0);
+    KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_UNTRUSTED && rt == NULL);
+    KF_CHECK_CONTAINS(kf_last_error(), "owned by uid 65534");
+    KF_CHECK_CONTAINS(kf_last_error(), obj);
+  } else { /* a file of this user is trusted: the rule's other half */
+    KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+    kf_runtime_close(rt);
+  }
+  drop_cache(cache);
+  free(obj);
+}
+
+KF_TEST(trust__a_linked_manifest_directory_is_refused) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1), *outside = fx_tmpdir();
+  char *man = fx_manifest_path(cache, "m", "sm_90a"), moved[4096];
+  kf_runtime *rt = (kf_runtime *)1;
+  fresh();
+  *strrchr(man, '/') = '\0'; /* manifests/m */
+  snprintf(moved, sizeof moved, "%s/m", outside);
+  KF_CHECK(rename(man, moved) == 0 && symlink(moved, man) == 0);
+  KF_CHECK(open_cuda(cache, 1, &rt) == KF_ERR_UNTRUSTED && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "symbolic link");
+  drop_cache(cache);
+  drop_cache(outside);
   free(man);
 }
 

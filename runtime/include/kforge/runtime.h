@@ -59,7 +59,9 @@ typedef enum kf_status {
   KF_ERR_NO_WIDTH = 13,        /* rows exceed the largest width: fall back */
   KF_ERR_ARGS = 14,            /* arguments do not match the parameter list */
   KF_ERR_BAD_META = 15,        /* meta.json missing or malformed */
-  KF_ERR_CORESIDENCY = 16      /* a cooperative kernel's grid cannot be resident at once */
+  KF_ERR_CORESIDENCY = 16,     /* a cooperative kernel's grid cannot be resident at once */
+  KF_ERR_UNTRUSTED = 17        /* a cache file or directory others could change, or a link
+                                  inside the cache (see kf_runtime_open) */
 } kf_status;
 
 typedef enum kf_backend {
@@ -81,6 +83,10 @@ typedef struct kf_runtime_options {
   const char *driver_path; /* driver library to dlopen; NULL: the
                               KFORGE_CUDA_DRIVER / KFORGE_HIP_RUNTIME
                               environment variables, else the usual names */
+  int lax_permissions;     /* 0 (default): refuse a cache whose files others
+                              could change (see kf_runtime_open); 1: load
+                              them anyway. KFORGE_LAX_PERMISSIONS=1 in the
+                              environment does the same. */
 } kf_runtime_options;
 
 /* One launch argument: a pointer to the value and the value's size in bytes
@@ -89,6 +95,20 @@ typedef struct kf_arg {
   const void *value;
   size_t size;
 } kf_arg;
+
+/* A buffer a kernel takes besides its operands, as its template declares
+ * it (decode attention's workspace and semaphores, a persistent kernel's
+ * counters): the caller allocates it on the device and passes it as
+ * parameter `param`. zero_once: zero it once after allocating it; every
+ * launch leaves it as the next launch needs it, so it is never zeroed again
+ * (launches that share it must not overlap). Otherwise its contents do not
+ * matter. Sizes are for the kernel's width and serve any rows up to it. */
+typedef struct kf_buffer {
+  const char *arg; /* the parameter's name; owned by the runtime */
+  int param;       /* the parameter's index */
+  size_t bytes;
+  int zero_once;
+} kf_buffer;
 
 /* Resource usage of a kernel's code object, from its meta.json. */
 typedef struct kf_resources {
@@ -115,7 +135,18 @@ KF_API void kf_runtime_options_init(kf_runtime_options *opts);
  * stays open or allocated, and kf_last_error() gives the reason: no manifest
  * for the arch (naming the arches the cache has), a damaged object (naming
  * the kernel id and the path), a missing symbol, a newer manifest format.
- * Never writes to the cache. */
+ * Never writes to the cache.
+ *
+ * Trust (docs/contracts.md, "Trust"): loading an object runs its code on
+ * the GPU, so open refuses with KF_ERR_UNTRUSTED, naming the path, a cache
+ * root, v1/, manifest, code object or meta.json, or the directory holding
+ * the manifest or a meta.json, that is owned by a user other than the caller and
+ * root or is writable by group or others (as ssh's StrictModes), unless
+ * opts->lax_permissions or KFORGE_LAX_PERMISSIONS=1 opts out. Whatever the
+ * option, no symbolic link below the cache root is followed (the root itself
+ * may be one), so nothing is read from outside the cache, and every file is
+ * opened non-blocking and must be a regular file (a FIFO is refused, never
+ * waited on). `kforge verify` applies the same rules. */
 KF_API kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **rt);
 
 /* Unloads every object and frees the runtime and its kernels. NULL is a
@@ -171,6 +202,11 @@ KF_API int kf_kernel_param_count(const kf_kernel *kernel);
  * pointer may be NULL. KF_ERR_INVALID_ARGUMENT when i is out of range. */
 KF_API kf_status kf_kernel_param(const kf_kernel *kernel, int i, const char **name,
                                  const char **type, size_t *size);
+/* The buffers the kernel takes besides its operands (see kf_buffer), in
+ * the template's order; 0 when it takes none. */
+KF_API int kf_kernel_buffer_count(const kf_kernel *kernel);
+/* Buffer i. KF_ERR_INVALID_ARGUMENT when i is out of range or out is NULL. */
+KF_API kf_status kf_kernel_buffer(const kf_kernel *kernel, int i, kf_buffer *out);
 /* grid[3], block[3] and dynamic shared memory bytes; any may be NULL. */
 KF_API kf_status kf_kernel_launch_config(const kf_kernel *kernel, unsigned grid[3],
                                          unsigned block[3], unsigned *shared_bytes);

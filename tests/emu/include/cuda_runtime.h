@@ -53,6 +53,20 @@ inline float __ldcg(const float *p) { return *p; }
 inline float4 __ldcg(const float4 *p) { return *p; }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicOr(unsigned *p, unsigned v) {
+  return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __float_as_int(float f) {
+  int i;
+  memcpy(&i, &f, 4);
+  return i;
+}
+inline float __int_as_float(int i) {
+  float f;
+  memcpy(&f, &i, 4);
+  return f;
+}
 // PTX prmt's default mode: byte i of the result is byte (selector nibble i)
 // of the 8 bytes {b, a}.
 inline uint32_t __byte_perm(uint32_t a, uint32_t b, uint32_t s) {
