@@ -13,9 +13,10 @@
 static const char usage[] =
     "usage: kforge lint [--arch LIST] [--cache DIR] [--out DIR] [--json] MODEL.json...\n"
     "Prints every kernel's resources from its cache entry: registers (AMD: VGPRs + AGPRs),\n"
-    "spills (NVIDIA: bytes; AMD: registers), static shared memory, occupancy (NVIDIA:\n"
-    "blocks per SM; AMD: waves per SIMD) and the limits set on it, then OK, OVER or\n"
-    "MISSING (not in the cache: run `kforge build`). Compiles and writes nothing.\n"
+    "spills (NVIDIA: bytes; AMD: registers, 0 with no scratch), static shared memory,\n"
+    "occupancy (NVIDIA: blocks per SM; AMD: waves per SIMD) and the limits set on it,\n"
+    "then OK, OVER or MISSING (not in the cache: run `kforge build`). Compiles and\n"
+    "writes nothing.\n"
     "Exits 0 when every kernel is cached and within its limits, else 1.\n";
 
 /* The limits set on in, as "name=value ..." ("-" when none). */
@@ -37,26 +38,15 @@ typedef struct {
   const char *why;
 } row;
 
-static long registers_of(const row *w) {
-  const kf_meta_resources *r = w->r;
-  if (r->registers < 0)
-    return -1;
-  return r->registers + (kf_arch_is_hip(w->in->arch) && r->agprs > 0 ? r->agprs : 0);
-}
-
-static long spills_of(const row *w) {
-  const kf_meta_resources *r = w->r;
-  if (kf_arch_is_hip(w->in->arch))
-    return r->spilled_registers;
-  return r->spill_stores < 0 ? -1 : r->spill_stores + r->spill_loads;
-}
-
-static long occupancy_of(const row *w) {
+/* The figure a limit of this kind is checked against; for the other
+ * backend's occupancy limit, this backend's own. */
+static long figure(const row *w, int limit) {
   const kf_instance *in = w->in;
-  if (kf_arch_is_hip(in->arch))
-    return w->r->waves_per_eu;
   int64_t threads = in->block[0] * in->block[1] * in->block[2];
-  return (long)kf_blocks_per_sm(in->arch, w->r, (int)threads, in->shared_bytes);
+  int applies;
+  if (limit == KF_LIMIT_MIN_BLOCKS_PER_SM && kf_arch_is_hip(in->arch))
+    limit = KF_LIMIT_MIN_WAVES_PER_EU;
+  return (long)kf_limit_figure(limit, w->r, in->arch, (int)threads, in->shared_bytes, &applies);
 }
 
 static void print_row(const row *w) {
@@ -66,9 +56,9 @@ static void print_row(const row *w) {
     printf("%-46s %5s %6s %7s %4s  %-7s %s\n", w->in->id, "-", "-", "-", "-", w->status, lim);
     return;
   }
-  printf("%-46s %5ld %6ld %7ld %4ld  %-7s %s%s%s\n", w->in->id, registers_of(w), spills_of(w),
-         w->r->shared_bytes, occupancy_of(w), w->status, lim, w->why ? ": " : "",
-         w->why ? w->why : "");
+  printf("%-46s %5ld %6ld %7ld %4ld  %-7s %s%s%s\n", w->in->id, figure(w, KF_LIMIT_MAX_REGISTERS),
+         figure(w, KF_LIMIT_SPILLS), w->r->shared_bytes, figure(w, KF_LIMIT_MIN_BLOCKS_PER_SM),
+         w->status, lim, w->why ? ": " : "", w->why ? w->why : "");
 }
 
 static cJSON *row_json(const row *w) {
@@ -76,11 +66,11 @@ static cJSON *row_json(const row *w) {
   cJSON_AddStringToObject(o, "id", w->in->id);
   cJSON_AddStringToObject(o, "status", w->status);
   if (w->r) {
-    cJSON_AddNumberToObject(o, "registers", (double)registers_of(w));
-    cJSON_AddNumberToObject(o, "spills", (double)spills_of(w));
+    cJSON_AddNumberToObject(o, "registers", (double)figure(w, KF_LIMIT_MAX_REGISTERS));
+    cJSON_AddNumberToObject(o, "spills", (double)figure(w, KF_LIMIT_SPILLS));
     cJSON_AddNumberToObject(o, "shared_bytes", (double)w->r->shared_bytes);
     cJSON_AddNumberToObject(o, kf_arch_is_hip(w->in->arch) ? "waves_per_eu" : "blocks_per_sm",
-                            (double)occupancy_of(w));
+                            (double)figure(w, KF_LIMIT_MIN_BLOCKS_PER_SM));
   }
   cJSON *lim = cJSON_AddObjectToObject(o, "limits");
   for (int i = 0; i < KF_LIMIT_COUNT; i++)

@@ -140,10 +140,8 @@ int64_t kf_blocks_per_sm(const char *arch, const kf_meta_resources *r, int threa
 
 /* ---- the check ---- */
 
-/* The figure a limit is checked against, or -1 when it was not reported;
- * *applies is 0 for a limit of the other backend. */
-static int64_t figure_of(int limit, const kf_meta_resources *r, const char *arch, int threads,
-                         int64_t dyn_shared, int *applies) {
+int64_t kf_limit_figure(int limit, const kf_meta_resources *r, const char *arch, int threads,
+                        int64_t dyn_shared, int *applies) {
   int hip = kf_arch_is_hip(arch);
   *applies = 1;
   switch (limit) {
@@ -152,8 +150,11 @@ static int64_t figure_of(int limit, const kf_meta_resources *r, const char *arch
       return -1;
     return r->registers + (hip && r->agprs > 0 ? r->agprs : 0);
   case KF_LIMIT_SPILLS:
+    /* AMD: registers spilled into other registers (SGPRs into lanes of a
+     * VGPR, VGPRs into AGPRs) need no scratch and move no memory; with no
+     * private segment every spill went there, and the figure is 0. */
     if (hip)
-      return r->spilled_registers;
+      return r->spilled_registers > 0 && r->stack_bytes == 0 ? 0 : r->spilled_registers;
     return r->spill_stores < 0 || r->spill_loads < 0 ? -1 : r->spill_stores + r->spill_loads;
   case KF_LIMIT_MIN_BLOCKS_PER_SM:
     *applies = !hip;
@@ -174,7 +175,7 @@ char *kf_limits_check(const kf_limits *l, const kf_meta_resources *r, const char
     if (!l->from[i])
       continue;
     int applies;
-    int64_t f = figure_of(i, r, arch, threads, dyn_shared, &applies);
+    int64_t f = kf_limit_figure(i, r, arch, threads, dyn_shared, &applies);
     if (!applies)
       continue;
     const char *sep = why.len ? "; " : "";

@@ -20,7 +20,7 @@ struct cJSON;
 
 enum {
   KF_LIMIT_MAX_REGISTERS,     /* NVIDIA registers per thread; AMD VGPRs + AGPRs */
-  KF_LIMIT_SPILLS,            /* NVIDIA spill bytes (stores + loads); AMD spilled registers */
+  KF_LIMIT_SPILLS,            /* NVIDIA spill bytes; AMD spilled registers (0 without scratch) */
   KF_LIMIT_MIN_BLOCKS_PER_SM, /* NVIDIA only: resident blocks per SM */
   KF_LIMIT_MIN_WAVES_PER_EU,  /* AMD only: the compiler's waves per SIMD */
   KF_LIMIT_COUNT
@@ -51,6 +51,11 @@ void kf_limits_apply(kf_limits *l, const kf_limits_spec *spec, int hip);
  * the arch's limits are not known here or a figure is missing. */
 int64_t kf_blocks_per_sm(const char *arch, const kf_meta_resources *r, int threads,
                          int64_t dyn_shared);
+/* The figure limit (a KF_LIMIT_*) is checked against for a kernel of arch
+ * with these resources, or -1 when it was not reported; *applies is 0 for a
+ * limit of the other backend. */
+int64_t kf_limit_figure(int limit, const kf_meta_resources *r, const char *arch, int threads,
+                        int64_t dyn_shared, int *applies);
 /* Checks r against l. Returns NULL when every limit set holds, else what is
  * over (or which figure is missing), naming the figure, the limit and the
  * file that set it; caller frees. */

@@ -182,6 +182,38 @@ class Limits(unittest.TestCase):
         self.assertEqual((got["registers"], got["sgprs"], got["spilled_registers"]),
                          (res["registers"], res["sgprs"], res["spilled_registers"]))
 
+    def test_amd_spills_count_where_the_kernel_has_scratch(self):
+        """SGPRs spilled into VGPR lanes (or VGPRs into AGPRs) move no memory:
+        with no private segment the spills figure is 0 and spills: 0 holds;
+        with one, every spilled register counts (stand-in notes)."""
+        w = Work(self, "lim-scratch")
+        d = small(w, arches=["gfx90a"], widths=[1], limits={"spills": 0},
+                  kernels=[k for k in small(w)["kernels"] if k["kind"] == "add"])
+        w.write("models/amd.json", json.dumps(d))
+        w.build("models/amd.json")
+        kid = "fx-small/add/w1/gfx90a"
+        key = w.keys("models/amd.json")[kid]
+        symbol = next(k["symbol"] for k in w.manifest("fx-small", "gfx90a")["kernels"]
+                      if k["id"] == kid)
+        fake = w.path("fake-readelf")
+        for scratch, rc in ((0, 0), (16, 1)):
+            w.write("fake-readelf", "#!/bin/sh\ncat <<'EOF'\n---\namdhsa.kernels:\n"
+                    f"  - .group_segment_fixed_size: 0\n    .name:           {symbol}\n"
+                    f"    .private_segment_fixed_size: {scratch}\n    .sgpr_count:     104\n"
+                    "    .sgpr_spill_count: 14\n    .vgpr_count:     40\n"
+                    "    .vgpr_spill_count: 0\namdhsa.target:   amdgcn-amd-amdhsa--gfx90a\nEOF\n")
+            os.chmod(fake, 0o755)
+            shutil.rmtree(w.path(w.cache))
+            r = w.build("models/amd.json", env={"KFORGE_LLVM_READELF": fake}, expect_rc=rc)
+            self.assertEqual(w.meta(key)["resources"]["spilled_registers"], 14)
+            lint = w.kf("lint", "--json", "models/amd.json", env={"KFORGE_LLVM_READELF": fake})
+            row = json.loads(lint.out)[0] if lint.out.lstrip().startswith("[") else None
+            self.assertIsNotNone(row, lint)
+            self.assertEqual((row["spills"], row["status"], lint.rc),
+                             ((0, "OK", 0) if rc == 0 else (14, "OVER", 1)), lint)
+            found = {m.group(1): m.groups()[1:3] for m in ERROR.finditer(r.err)}
+            self.assertEqual(found, {} if rc == 0 else {kid: ("14", "spilled")}, r)
+
     def test_lint_prints_figures_limits_and_status(self):
         w = Work(self, "lim-lint")
         d = small(w)
