@@ -212,7 +212,7 @@ static void check_manifest(const char *path, void *ctx) {
     kf_resources res;
     if (!k->id)
       continue; /* refused above */
-    if (rt_object_read(&v->root, k->id, k->object, k->size, k->checksum, &image, &e) != KF_OK) {
+    if (rt_object_read(&v->root, &m, k, &image, &e) != KF_OK) {
       damage(v, k->key, k->id, path, e.text);
       add_seen(v, k, 0);
       continue;

@@ -126,6 +126,8 @@ int kf_manifest_write(const char *path, const kf_manifest *m) {
   cJSON_AddStringToObject(root, "model", m->model);
   cJSON_AddStringToObject(root, "arch", m->arch);
   cJSON_AddStringToObject(root, "backend", m->backend);
+  if (m->description)
+    cJSON_AddStringToObject(root, "description", m->description);
   /* one parameter list per kind (all its kernels share the template's
    * arguments): a manifest of hundreds of kernels stays quick to parse */
   cJSON *sigs = cJSON_AddObjectToObject(root, "signatures");
@@ -253,6 +255,7 @@ int kf_manifest_load(const char *path, kf_manifest *m, char **err) {
   m->model = kf_json_dup_string(root, "model");
   m->arch = kf_json_dup_string(root, "arch");
   m->backend = kf_json_dup_string(root, "backend");
+  m->description = kf_json_dup_string(root, "description");
   load_signatures(m, cJSON_GetObjectItemCaseSensitive(root, "signatures"));
   for (const cJSON *k = ks->child; k; k = k->next)
     load_kernel(m, k);
@@ -265,6 +268,7 @@ void kf_manifest_free(kf_manifest *m) {
   free(m->model);
   free(m->arch);
   free(m->backend);
+  free(m->description);
   for (size_t i = 0; i < m->nsignatures; i++) {
     for (size_t k = 0; k < m->signatures[i].nparams; k++) {
       free(m->signatures[i].params[k].name);

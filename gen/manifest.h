@@ -62,7 +62,9 @@ typedef struct {
   char *generator; /* "kforge <version>" */
   char *model;
   char *arch;
-  char *backend; /* "cuda" or "hip" */
+  char *backend;     /* "cuda" or "hip" */
+  char *description; /* the description's absolute path, for the runtime's hint of the build
+                        command; NULL: not recorded */
   kf_manifest_signature *signatures;
   size_t nsignatures;
   kf_manifest_kernel *kernels;

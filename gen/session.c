@@ -132,6 +132,7 @@ int kf_session_open(kf_session *s, kf_cli *cli, int argc, char **argv, const cha
  * stays). */
 static int manifest_of(const kf_session *s, const kf_model *m, const char *arch, kf_manifest *out) {
   kf_manifest_init(out, m->name, arch, kf_arch_is_hip(arch) ? "hip" : "cuda");
+  out->description = kf_path_absolute(m->path);
   int all_ok = 1;
   for (size_t k = 0; k < s->plan.n; k++) {
     const kf_unit *u = &s->units[k];

@@ -36,6 +36,52 @@ kf_status rt_err_prefix(rt_err *e, const char *fmt, ...) {
   return e->status;
 }
 
+/* Appends formatted text to buf (size bytes, *used of them taken). */
+static void add(char *buf, size_t size, size_t *used, const char *fmt, ...) RT_PRINTF(4, 5);
+static void add(char *buf, size_t size, size_t *used, const char *fmt, ...) {
+  va_list ap;
+  if (*used >= size)
+    return;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + *used, size - *used, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    *used += (size_t)n;
+}
+
+/* " word", in single quotes unless no shell treats any of its characters
+ * specially. */
+static void add_word(char *buf, size_t size, size_t *used, const char *word) {
+  static const char plain[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                              "_./+-=:,@%";
+  if (word[0] && strspn(word, plain) == strlen(word)) {
+    add(buf, size, used, " %s", word);
+    return;
+  }
+  add(buf, size, used, " '");
+  for (const char *p = word; *p; p++) {
+    if (*p == '\'')
+      add(buf, size, used, "'\\''"); /* close, an escaped quote, reopen */
+    else
+      add(buf, size, used, "%c", *p);
+  }
+  add(buf, size, used, "'");
+}
+
+void rt_err_build_hint(rt_err *e, const char *arch, const char *cache_dir, const char *model,
+                       const char *description) {
+  size_t used = strnlen(e->text, sizeof e->text - 1);
+  add(e->text, sizeof e->text, &used, " (build it with: kforge build --arch");
+  add_word(e->text, sizeof e->text, &used, arch);
+  add(e->text, sizeof e->text, &used, " --cache");
+  add_word(e->text, sizeof e->text, &used, cache_dir);
+  if (description)
+    add_word(e->text, sizeof e->text, &used, description);
+  else
+    add(e->text, sizeof e->text, &used, " <the description of model '%s'>", model);
+  add(e->text, sizeof e->text, &used, ")");
+}
+
 void rt_slot_init(rt_slot *s) {
   pthread_mutex_init(&s->mu, NULL);
   s->status = KF_OK;

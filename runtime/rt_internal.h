@@ -44,6 +44,12 @@ typedef struct rt_err {
 kf_status rt_err_set(rt_err *e, kf_status status, const char *fmt, ...) RT_PRINTF(3, 4);
 /* Puts formatted context before e's text ("kernel x: " + text). */
 kf_status rt_err_prefix(rt_err *e, const char *fmt, ...) RT_PRINTF(2, 3);
+/* Appends to e's text the kforge command that builds what is missing:
+ * " (build it with: kforge build --arch ARCH --cache DIR DESCRIPTION)", each
+ * word quoted for a POSIX shell where it needs it; a NULL description is
+ * written as <the description of model 'MODEL'>. */
+void rt_err_build_hint(rt_err *e, const char *arch, const char *cache_dir, const char *model,
+                       const char *description);
 
 /* The last-error slot of a handle: written by any thread, so locked. */
 typedef struct rt_slot {
@@ -183,6 +189,7 @@ typedef struct rt_sig {
 typedef struct rt_manifest {
   int format;
   char *model, *arch;
+  char *description; /* the description it was built from (absolute); NULL: not recorded */
   kf_backend backend;
   int nsigs;
   rt_sig *sigs;
@@ -290,6 +297,7 @@ void rt_xxh128(const void *data, size_t len, unsigned char out[16]);
 struct rt_root {
   int fd;       /* <cache>/v1, a directory; -1 when not open */
   char *v1;     /* its path, for reasons */
+  char *dir;    /* the cache directory as given, for the hint of a build command */
   int lax;      /* 1: owners and modes are not checked (links still refused) */
   unsigned uid; /* the caller's effective uid */
 };
@@ -320,12 +328,13 @@ kf_status rt_root_read(const rt_root *r, const char *rel, int check_dir, char **
                        rt_err *err);
 /* Opens the directory rel (trusted, reached without links) for listing. */
 kf_status rt_root_opendir(const rt_root *r, const char *rel, DIR **dp, rt_err *err);
-/* Reads kernel id's object rel and checks its size and checksum against the
- * manifest's; *image (caller frees) is NULL on failure: KF_ERR_CHECKSUM
+/* Reads the object of m's kernel d and checks its size and checksum against
+ * the manifest's; *image (caller frees) is NULL on failure: KF_ERR_CHECKSUM
  * for a damaged object, else rt_root_read's status, the reason starting
- * "kernel <id>: ". */
-kf_status rt_object_read(const rt_root *r, const char *id, const char *rel, unsigned long long size,
-                         const unsigned char checksum[16], char **image, rt_err *err);
+ * "kernel <id>: " and, when a build would replace the object (missing or
+ * damaged), ending with the command (rt_err_build_hint). */
+kf_status rt_object_read(const rt_root *r, const rt_manifest *m, const rt_kdesc *d, char **image,
+                         rt_err *err);
 /* meta.json at rel below r (rt_meta_load's reasons and statuses, and
  * KF_ERR_UNTRUSTED). */
 kf_status rt_meta_load_at(const rt_root *r, const char *rel, kf_resources *res, rt_err *err);

@@ -11,7 +11,7 @@
 
 kf_status rt_kernel_read(const kf_kernel *k, char **image, rt_err *err) {
   const rt_kdesc *d = k->d;
-  return rt_object_read(&k->rt->root, d->id, d->object, d->size, d->checksum, image, err);
+  return rt_object_read(&k->rt->root, &k->rt->manifest, d, image, err);
 }
 
 /* The most blocks of d per SM its launches should leave room for: the

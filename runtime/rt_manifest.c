@@ -164,6 +164,7 @@ void rt_manifest_free(rt_manifest *m) {
   free(m->sigs);
   free(m->model);
   free(m->arch);
+  free(m->description);
   free(m->path);
   free(m->text);
   memset(m, 0, sizeof *m);
@@ -583,6 +584,15 @@ static kf_status parse_header(parse_ctx *c, const cJSON *root, rt_manifest *m,
   m->arch = dup(arch);
   if (!m->model || !m->arch)
     return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  /* optional: only the hint of a refusal names it */
+  const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");
+  if (description) {
+    const char *d = string_of(c, description, "description", &st);
+    if (!d)
+      return st;
+    if (!(m->description = dup(d)))
+      return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  }
 
   if (!m->sigs_end &&
       (st = parse_signatures(c, cJSON_GetObjectItemCaseSensitive(root, "signatures"), m)) != KF_OK)

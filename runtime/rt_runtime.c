@@ -67,6 +67,21 @@ static char *manifest_file(const char *dir, const char *arch) {
   return path;
 }
 
+/* The arch a build for this device names in a hint: the one it ranks
+ * first on NVIDIA (sm_90a on an H100), the plain name on AMD (gfx942, which
+ * runs whatever the device's xnack and sramecc settings). */
+static void build_arch(const rt_driver *drv, char *buf, size_t size) {
+  char wanted[256];
+  if (drv->backend == KF_BACKEND_CUDA) {
+    rt_arch_cuda_wanted(drv->cc_major, drv->cc_minor, wanted, sizeof wanted);
+    snprintf(buf, size, "%.*s", (int)strcspn(wanted, ","), wanted);
+  } else {
+    rt_arch_hip_wanted(drv->device_arch, wanted, sizeof wanted);
+    const char *last = strrchr(wanted, ' '), *plain = last ? last + 1 : wanted;
+    snprintf(buf, size, "%.*s", (int)strlen(plain), plain);
+  }
+}
+
 /* Chooses manifests/<model>/<arch>.json with the best rank for the device;
  * *path (relative to v1) is malloc'd. The reason for no match names what the device runs and what
  * the cache has. A CUDA device's sm_XYa ranks above every other name, and
@@ -110,9 +125,10 @@ static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, r
     if (st != KF_ERR_UNTRUSTED) {
       char why[RT_REASON_MAX];
       memcpy(why, err->text, sizeof why);
-      st = rt_err_set(err, KF_ERR_NO_MANIFEST,
-                      "no manifests for model '%s': %.900s (build them with kforge warm)", model,
-                      why);
+      st = rt_err_set(err, KF_ERR_NO_MANIFEST, "no manifests for model '%s': %.900s", model, why);
+      char arch[RT_ARCH_MAX];
+      build_arch(&rt->drv, arch, sizeof arch);
+      rt_err_build_hint(err, arch, rt->root.dir, model, NULL);
     }
     free(dir);
     free(sub);
@@ -161,17 +177,26 @@ static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, r
       st = rt_err_set(err, KF_ERR_NO_MANIFEST,
                       "no manifest for this device in %s: device %d is "
                       "%s (compute capability %d.%d), which runs %s; the "
-                      "cache has %s (build for this arch with kforge warm)",
+                      "cache has %s",
                       dir, rt->drv.device, rt->drv.device_arch, rt->drv.cc_major, rt->drv.cc_minor,
                       wanted, n ? have : "none");
     } else {
       rt_arch_hip_wanted(rt->drv.device_arch, wanted, sizeof wanted);
       st = rt_err_set(err, KF_ERR_NO_MANIFEST,
                       "no manifest for this device in %s: device %d is %s, "
-                      "which runs %s; the cache has %s (build for this arch "
-                      "with kforge warm)",
+                      "which runs %s; the cache has %s",
                       dir, rt->drv.device, rt->drv.device_arch, wanted, n ? have : "none");
     }
+    /* the description another arch's manifest was built from, if it says */
+    rt_manifest other = {0};
+    rt_err ignored;
+    char *first = n ? manifest_file(sub, names[0]) : NULL;
+    int known = first && rt_manifest_open_at(&rt->root, first, &other, &ignored) == KF_OK;
+    char arch[RT_ARCH_MAX];
+    build_arch(&rt->drv, arch, sizeof arch);
+    rt_err_build_hint(err, arch, rt->root.dir, model, known ? other.description : NULL);
+    rt_manifest_free(&other);
+    free(first);
   }
   if (st == KF_OK && !(*path = manifest_file(sub, names[best])))
     st = rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
@@ -482,9 +507,10 @@ kf_status kf_runtime_open(const kf_runtime_options *opts, kf_runtime **out) {
     if (st == KF_ERR_IO) {
       char why[RT_REASON_MAX];
       memcpy(why, err.text, sizeof why);
-      rt_err_set(&err, KF_ERR_NO_MANIFEST,
-                 "no manifests for model '%s': %.900s (build them with kforge warm)", opts->model,
-                 why);
+      rt_err_set(&err, KF_ERR_NO_MANIFEST, "no manifests for model '%s': %.900s", opts->model, why);
+      char arch[RT_ARCH_MAX];
+      build_arch(&rt->drv, arch, sizeof arch);
+      rt_err_build_hint(&err, arch, opts->cache_dir, opts->model, NULL);
     }
     goto fail;
   }

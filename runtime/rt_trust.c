@@ -67,7 +67,7 @@ kf_status rt_root_open(rt_root *r, const char *cache_dir, int lax, rt_err *err) 
   r->fd = -1;
   r->lax = lax;
   r->uid = (unsigned)geteuid();
-  if (!(r->v1 = rt_path_join(cache_dir, "v1")))
+  if (!(r->v1 = rt_path_join(cache_dir, "v1")) || !(r->dir = strdup(cache_dir)))
     return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
   /* the root itself may be a link (a mount elsewhere); nothing below it */
   dfd = open(cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -101,8 +101,9 @@ void rt_root_close(rt_root *r) {
   if (r->fd >= 0)
     close(r->fd);
   free(r->v1);
+  free(r->dir);
   r->fd = -1;
-  r->v1 = NULL;
+  r->v1 = r->dir = NULL;
 }
 
 /* openat of rel below r->fd, following no link: openat2 where the kernel
@@ -274,8 +275,9 @@ kf_status rt_root_opendir(const rt_root *r, const char *rel, DIR **dp, rt_err *e
   return KF_OK;
 }
 
-kf_status rt_object_read(const rt_root *r, const char *id, const char *rel, unsigned long long size,
-                         const unsigned char checksum[16], char **image, rt_err *err) {
+static kf_status read_checked(const rt_root *r, const char *id, const char *rel,
+                              unsigned long long size, const unsigned char checksum[16],
+                              char **image, rt_err *err) {
   char path[RT_REASON_MAX / 2];
   unsigned char sum[16];
   size_t len;
@@ -289,7 +291,7 @@ kf_status rt_object_read(const rt_root *r, const char *id, const char *rel, unsi
     *image = NULL;
     return rt_err_set(err, KF_ERR_CHECKSUM,
                       "kernel %s: object %s is damaged: %zu bytes, the "
-                      "manifest says %llu (rebuild it with kforge warm)",
+                      "manifest says %llu",
                       id, full(r, rel, path, sizeof path), len, size);
   }
   rt_xxh128(*image, len, sum);
@@ -301,8 +303,16 @@ kf_status rt_object_read(const rt_root *r, const char *id, const char *rel, unsi
     rt_hex16(checksum, want);
     return rt_err_set(err, KF_ERR_CHECKSUM,
                       "kernel %s: object %s is damaged: its checksum is %s, "
-                      "the manifest says %s (rebuild it with kforge warm)",
+                      "the manifest says %s",
                       id, full(r, rel, path, sizeof path), got, want);
   }
   return KF_OK;
+}
+
+kf_status rt_object_read(const rt_root *r, const rt_manifest *m, const rt_kdesc *d, char **image,
+                         rt_err *err) {
+  kf_status st = read_checked(r, d->id, d->object, d->size, d->checksum, image, err);
+  if (st == KF_ERR_IO || st == KF_ERR_CHECKSUM) /* missing or damaged: a build replaces it */
+    rt_err_build_hint(err, m->arch, r->dir, m->model, m->description);
+  return st;
 }

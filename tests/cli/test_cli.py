@@ -196,6 +196,14 @@ class MaxBlocksPerSm(unittest.TestCase):
         self.assertNotIn("one_wave", launch["fx-small/add/w2/sm_90a"])
 
 
+    def test_manifest_records_the_description_the_runtime_names_in_a_refusal(self):
+        """The absolute path, whatever the command line gave, so the runtime
+        can name the build command for a kernel the cache lacks."""
+        w = Work(self, "described")
+        w.build("models/../models/fx-small.json")
+        self.assertEqual(w.manifest("fx-small", "sm_90a")["description"],
+                         os.path.join(w.root, "models", "fx-small.json"))
+
 class CompileFailure(unittest.TestCase):
 
     def test_compile_failure_shows_diagnostics_and_other_kernels_build(self):

@@ -868,6 +868,63 @@ static char *entry(char *text, int i) {
   return at;
 }
 
+/* The description a manifest records, written into it (in place of the one
+ * it has) as kforge build does. */
+static void record_description(const char *man, const char *description) {
+  char *text = slurp(man), *old = strstr(text, "\"description\""), *out;
+  if (old) {
+    char *end = strstr(old, "\n  ");
+    memmove(old, end + 3, strlen(end + 3) + 1);
+  }
+  char *at = strstr(text, "\"arch\"");
+  if (!at || asprintf(&out, "%.*s\"description\": \"%s\",\n  %s", (int)(at - text), text,
+                      description, at) < 0)
+    abort();
+  if (fx_write_file(man, out, strlen(out)) != 0)
+    abort();
+  free(out);
+  free(text);
+}
+
+KF_TEST(refusal__of_a_missing_kernel_names_the_build_command) {
+  const char *arches[] = {"sm_100a"};
+  char *cache = std_cache(arches, 1), *man = fx_manifest_path(cache, "m", "sm_100a");
+  char *obj = fx_object_path(cache, "m", "sm_100a", "proj", 4), want[4096];
+  kf_runtime_options o;
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  fresh();
+  /* no manifest at all: the arch this device ranks first, a placeholder */
+  o = options(cache, "other", FAKE_CUDA_PATH);
+  KF_CHECK(kf_runtime_open(&o, &rt) == KF_ERR_NO_MANIFEST && rt == NULL);
+  snprintf(want, sizeof want,
+           " (build it with: kforge build --arch sm_90a --cache %s <the description of model "
+           "'other'>)",
+           cache);
+  KF_CHECK_CONTAINS(kf_last_error(), want);
+  /* another arch's manifest names its description, quoted for the shell */
+  record_description(man, "/srv/it's models/m.json");
+  KF_CHECK(open_cuda(cache, 1, &rt) == KF_ERR_NO_MANIFEST && rt == NULL);
+  snprintf(want, sizeof want,
+           "(build it with: kforge build --arch sm_90a --cache %s '/srv/it'\\''s models/m.json')",
+           cache);
+  KF_CHECK_CONTAINS(kf_last_error(), want);
+  /* a manifest's object gone: its arch and description */
+  setenv("FAKE_CUDA_CC", "100", 1);
+  record_description(man, "/srv/models/m.json");
+  KF_CHECK(unlink(obj) == 0);
+  KF_CHECK(open_cuda(cache, 1, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "proj", 4, &k) == KF_ERR_IO && k == NULL);
+  snprintf(want, sizeof want,
+           "(build it with: kforge build --arch sm_100a --cache %s /srv/models/m.json)", cache);
+  KF_CHECK_CONTAINS(kf_last_error(), "m/proj/w4/sm_100a");
+  KF_CHECK_CONTAINS(kf_last_error(), want);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+  free(man);
+  free(obj);
+}
+
 KF_TEST(open__bad_entry_midway_is_refused_and_what_loaded_is_unloaded) {
   char *man, *cache = wide_cache(10, NULL, &man), *text = slurp(man), *bad;
   kf_runtime *rt = (kf_runtime *)1;
