@@ -39,7 +39,8 @@ static int parse_members(const char *file, const char *path, const cJSON *obj, k
     if (i < 0)
       continue;
     double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
-    if (!cJSON_IsNumber(v) || d != (double)(int64_t)d || d < 0 || d > LIMIT_MAX) {
+    /* the range first: casting a double out of int64_t's range is undefined */
+    if (!cJSON_IsNumber(v) || d < 0 || d > LIMIT_MAX || d != (double)(int64_t)d) {
       char *p = kf_xasprintf("%s.%s", path, v->string);
       kf_error(file, p, "must be an integer from 0 to %d, got %s", LIMIT_MAX,
                cJSON_IsNumber(v) ? "a number out of range" : kf_json_type_name(v));

@@ -255,6 +255,8 @@ class Limits(unittest.TestCase):
             ({"max_regs": 4}, r'models/bad.json: limits.max_regs: error: unknown field "max_regs"'),
             ({"spills": -1}, r"models/bad.json: limits.spills: error: must be an integer from 0"),
             ({"spills": 0.5}, r"models/bad.json: limits.spills: error: must be an integer from 0"),
+            ({"spills": 7.7e30}, r"models/bad.json: limits.spills: error: must be an integer from 0 "
+                                 r"to 65536, got a number out of range"),
             ({"max_registers": "255"}, r"models/bad.json: limits.max_registers: error: must be an "
                                        r"integer from 0 to 65536, got a string"),
             ({"cuda": {"hip": {}}}, r'models/bad.json: limits.cuda.hip: error: unknown field "hip"'),
