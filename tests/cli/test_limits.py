@@ -28,6 +28,19 @@ def kernel(d, kind):
     return next(k for k in d["kernels"] if k["kind"] == kind)
 
 
+def stand_in_readelf(w, *kernels):
+    """A stand-in llvm-readelf printing an AMDGPU metadata note with one
+    entry per dict of kernels (members without their dot); returns its path."""
+    lines = ["#!/bin/sh", "cat <<'EOF'", "---", "amdhsa.kernels:"]
+    for k in kernels:
+        members = [f"    .{name}: {value}" for name, value in sorted(k.items())]
+        lines += ["  - " + members[0].lstrip()] + members[1:]
+    lines += ["amdhsa.target:   amdgcn-amd-amdhsa--gfx90a", "EOF", ""]
+    w.write("fake-readelf", "\n".join(lines))
+    os.chmod(w.path("fake-readelf"), 0o755)
+    return w.path("fake-readelf")
+
+
 ERROR = re.compile(r"^kforge: error: (\S+): (\d+) (registers|spilled|blocks per SM|waves per SIMD), "
                    r"(over|under) the limit (\w+) (\d+) \(([^)]+)\)", re.M)
 
@@ -160,16 +173,12 @@ class Limits(unittest.TestCase):
                           fig("vgpr_spill_count") + fig("sgpr_spill_count"),
                           fig("private_segment_fixed_size"), fig("group_segment_fixed_size")))
         # a stand-in llvm-readelf: its figures, for this symbol and not another's, reach the meta
-        fake = w.path("fake-readelf")
-        w.write("fake-readelf", "#!/bin/sh\ncat <<'EOF'\n---\namdhsa.kernels:\n"
-                "  - .group_segment_fixed_size: 1\n    .name:           kf_other\n"
-                "    .private_segment_fixed_size: 1\n    .sgpr_count:     1\n"
-                "    .sgpr_spill_count: 1\n    .vgpr_count:     1\n    .vgpr_spill_count: 1\n"
-                f"  - .agpr_count:     4\n    .group_segment_fixed_size: 96\n"
-                f"    .name:           {symbol}\n    .private_segment_fixed_size: 8\n"
-                "    .sgpr_count:     33\n    .sgpr_spill_count: 2\n    .vgpr_count:     77\n"
-                "    .vgpr_spill_count: 3\namdhsa.target:   amdgcn-amd-amdhsa--gfx90a\nEOF\n")
-        os.chmod(fake, 0o755)
+        fake = stand_in_readelf(
+            w, {"group_segment_fixed_size": 1, "name": "kf_other", "private_segment_fixed_size": 1,
+                "sgpr_count": 1, "sgpr_spill_count": 1, "vgpr_count": 1, "vgpr_spill_count": 1},
+            {"agpr_count": 4, "group_segment_fixed_size": 96, "name": symbol,
+             "private_segment_fixed_size": 8, "sgpr_count": 33, "sgpr_spill_count": 2,
+             "vgpr_count": 77, "vgpr_spill_count": 3})
         shutil.rmtree(w.path(w.cache))
         w.build("models/amd.json", env={"KFORGE_LLVM_READELF": fake})
         got = w.meta(key)["resources"]
@@ -195,14 +204,11 @@ class Limits(unittest.TestCase):
         key = w.keys("models/amd.json")[kid]
         symbol = next(k["symbol"] for k in w.manifest("fx-small", "gfx90a")["kernels"]
                       if k["id"] == kid)
-        fake = w.path("fake-readelf")
         for scratch, rc in ((0, 0), (16, 1)):
-            w.write("fake-readelf", "#!/bin/sh\ncat <<'EOF'\n---\namdhsa.kernels:\n"
-                    f"  - .group_segment_fixed_size: 0\n    .name:           {symbol}\n"
-                    f"    .private_segment_fixed_size: {scratch}\n    .sgpr_count:     104\n"
-                    "    .sgpr_spill_count: 14\n    .vgpr_count:     40\n"
-                    "    .vgpr_spill_count: 0\namdhsa.target:   amdgcn-amd-amdhsa--gfx90a\nEOF\n")
-            os.chmod(fake, 0o755)
+            fake = stand_in_readelf(
+                w, {"group_segment_fixed_size": 0, "name": symbol,
+                    "private_segment_fixed_size": scratch, "sgpr_count": 104,
+                    "sgpr_spill_count": 14, "vgpr_count": 40, "vgpr_spill_count": 0})
             shutil.rmtree(w.path(w.cache))
             r = w.build("models/amd.json", env={"KFORGE_LLVM_READELF": fake}, expect_rc=rc)
             self.assertEqual(w.meta(key)["resources"]["spilled_registers"], 14)
