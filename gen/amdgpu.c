@@ -119,8 +119,11 @@ int kf_amdgpu_note_figures(const char *notes, const char *symbol, kf_meta_resour
                                           ".sgpr_spill_count",
                                           ".private_segment_fixed_size",
                                           ".group_segment_fixed_size"};
-      for (int i = 0; i < 7; i++)
+      for (int i = 0; i < 7; i++) {
         v[i] = member(entry, n, keys[i]);
+        if (v[i] > (1L << 30)) /* no code object has such a figure; sums stay in range */
+          return -1;
+      }
       if (v[0] < 0 || v[2] < 0 || v[3] < 0 || v[4] < 0 || v[5] < 0 || v[6] < 0)
         return -1;
       r->registers = v[0];

@@ -116,4 +116,20 @@ KF_TEST(amdgpu__an_entry_missing_a_figure_gives_nothing) {
   KF_CHECK(r.registers == -1);
 }
 
+KF_TEST(amdgpu__an_entry_with_a_figure_out_of_range_gives_nothing) {
+  static const char huge[] = "x\n"
+                             "amdhsa.kernels:\n"
+                             "  - .group_segment_fixed_size: 0\n"
+                             "    .name:           kf_a\n"
+                             "    .private_segment_fixed_size: 0\n"
+                             "    .sgpr_count:     1\n"
+                             "    .sgpr_spill_count: 2\n"
+                             "    .vgpr_count:     1\n"
+                             "    .vgpr_spill_count: 9223372036854775807\n"
+                             "amdhsa.target:   amdgcn-amd-amdhsa--gfx90a\n";
+  kf_meta_resources r = KF_META_RESOURCES_NONE;
+  KF_CHECK(kf_amdgpu_note_figures(huge, "kf_a", &r) == -1);
+  KF_CHECK(r.spilled_registers == -1);
+}
+
 KF_TEST_MAIN()
