@@ -8,14 +8,15 @@ Usage:
 
 MODEL_DIR holds a config.json and the weights as safetensors (model.safetensors,
 or shards named by model.safetensors.index.json), as Hugging Face publishes
-them. Families: llama and qwen3 (dense layers). What it does, in order:
+them. Model types: llama, mistral, qwen2 and qwen3 (the dense families). What it does, in order:
   1. `kforge import-hf` turns config.json into a kforge description, and
      `kforge build` compiles its kernels into the cache (a no-op when they
      are there already). Without a kforge binary (KFORGE_BIN, PATH or this
      checkout's build/gen/kforge) it uses the cache as it is, and the runtime
      says which build command is missing.
   2. The weights are loaded into the layouts the kernels take: q, k and v
-     stacked into one [q + k + v, hidden] matrix for qkv_proj, gate and up
+     stacked into one [q + k + v, hidden] matrix for qkv_proj (and their
+     biases into one vector, Qwen2), gate and up
      into one [2 * intermediate, hidden] matrix for gate_up_proj.
   3. A batch of prompts (token ids; one row per prompt, at most the largest
      width) is decoded greedily: every step feeds each row one token (its
@@ -44,7 +45,7 @@ import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-FAMILIES = ("llama", "qwen3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")  # model_type values: the dense families
 KINDS = ("input_norm", "qkv_proj", "rope_kv_write", "decode_attention", "o_proj",
          "post_attn_norm", "gate_up_proj", "down_proj")
 
@@ -209,6 +210,7 @@ class Shape:
         self.vocab = config["vocab_size"]
         self.eps = config.get("rms_norm_eps", 1e-6)
         self.qk_norm = config["model_type"] == "qwen3"
+        self.qkv_bias = config["model_type"] == "qwen2"  # biases on q, k and v
         self.tied = bool(config.get("tie_word_embeddings", False))
 
 
@@ -237,6 +239,10 @@ def fuse_layer(w, i, s):
                               get("mlp.up_proj.weight", [i_, h])]).contiguous(),
         "down": get("mlp.down_proj.weight", [h, i_]).contiguous(),
     }
+    if s.qkv_bias:
+        layer["qkv_bias"] = torch.cat([get("self_attn.q_proj.bias", [q]),
+                                       get("self_attn.k_proj.bias", [kv]),
+                                       get("self_attn.v_proj.bias", [kv])]).contiguous()
     if s.qk_norm:
         layer["q_norm"] = get("self_attn.q_norm.weight", [s.d])
         layer["k_norm"] = get("self_attn.k_norm.weight", [s.d])
@@ -341,7 +347,8 @@ class Model:
                 k_cache, v_cache = kv[li]
                 launch(ks["input_norm"], x=x, residual=buf["residual"], weight=w["in_norm"],
                        out=buf["h"])
-                launch(ks["qkv_proj"], x=buf["h"], w=w["qkv"], y=buf["qkv"])
+                launch(ks["qkv_proj"], x=buf["h"], w=w["qkv"], bias=w.get("qkv_bias"),
+                       y=buf["qkv"])
                 launch(ks["rope_kv_write"], qkv=buf["qkv"], positions=positions, slots=slots,
                        q_norm_w=w.get("q_norm", no_norm), k_norm_w=w.get("k_norm", no_norm),
                        q_out=buf["q"], k_cache=k_cache, v_cache=v_cache)

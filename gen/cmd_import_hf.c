@@ -18,7 +18,8 @@
 static const char usage[] =
     "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--families DIR]\n"
     "Writes a description of the family that matches the config's model_type (llama,\n"
-    "qwen3, qwen3_moe, mixtral) to OUT.json, or to standard output. Where a description\n"
+    "mistral (family llama), qwen2, qwen3, qwen3_moe, mixtral) to OUT.json, or to\n"
+    "standard output. Where a description\n"
     "in the directory above the families (models/) has the same family and shape, its\n"
     "tuning fields are copied, and standard error names it. A config field that changes\n"
     "the math and that the family does not implement (biases, another activation, rotary\n"
@@ -28,11 +29,10 @@ static const char usage[] =
 static const struct {
   const char *model_type;
   const char *family;
-} families[] = {{"llama", "llama"},
-                {"qwen3", "qwen3"},
-                {"qwen3_moe", "qwen3_moe"},
-                {"mixtral", "mixtral"},
-                {NULL, NULL}};
+} families[] = {
+    {"llama", "llama"},     {"mistral", "llama"}, /* the Llama layer; a binding window is refused */
+    {"qwen2", "qwen2"},     {"qwen3", "qwen3"},   {"qwen3_moe", "qwen3_moe"},
+    {"mixtral", "mixtral"}, {NULL, NULL}};
 
 /* Where a family's shape field comes from in a config.json: a member path,
  * tried in order. */
@@ -208,15 +208,21 @@ static int check_math(const char *in, const cJSON *cfg, const cJSON *fam, const 
     }
   }
   /* sliding-window attention: Qwen configs carry a window that
-   * use_sliding_window turns off; Mistral-style ones set it alone */
+   * use_sliding_window turns off; Mistral-style ones set it alone. A window
+   * no shorter than max_position_embeddings never binds, so it is full
+   * attention. */
   const cJSON *sw = cJSON_GetObjectItemCaseSensitive(cfg, "sliding_window");
   const cJSON *use = cJSON_GetObjectItemCaseSensitive(cfg, "use_sliding_window");
-  if (sw && !harmless(sw, NULL) && !cJSON_IsFalse(use)) {
+  const cJSON *maxpos = cJSON_GetObjectItemCaseSensitive(cfg, "max_position_embeddings");
+  int never_binds = cJSON_IsNumber(sw) && cJSON_IsNumber(maxpos) && maxpos->valuedouble > 0 &&
+                    sw->valuedouble >= maxpos->valuedouble;
+  if (sw && !harmless(sw, NULL) && !cJSON_IsFalse(use) && !never_binds) {
     char got[80];
     show(sw, got, sizeof got);
     kf_error(in, "sliding_window",
-             "family %s does not implement sliding-window attention, got %s%s", family, got,
-             use ? " with use_sliding_window true" : "");
+             "family %s does not implement sliding-window attention, got %s%s (a window "
+             "shorter than max_position_embeddings)",
+             family, got, use ? " with use_sliding_window true" : "");
     errors++;
   }
   const cJSON *lt = cJSON_GetObjectItemCaseSensitive(cfg, "layer_types");
@@ -321,11 +327,15 @@ static char *name_from(const cJSON *cfg, const char *cfg_path) {
   return kf_buf_take(&b);
 }
 
-/* Whether every required shape field of the family has the same value in
- * both shapes. */
+/* Whether every required shape field of the family that sizes a kernel has
+ * the same value in both shapes: the norm's epsilon and the rotary base are
+ * values the kernels compute with, not sizes, and change no tuning choice
+ * (Mistral-7B is Llama-3.1-8B's shape with another rope_theta). */
 static int same_shape(const cJSON *fam, const cJSON *a, const cJSON *b) {
   const cJSON *fields = cJSON_GetObjectItemCaseSensitive(fam, "shape_fields");
   for (const cJSON *f = fields ? fields->child : NULL; f; f = f->next) {
+    if (!strcmp(f->string, "rms_norm_eps") || !strcmp(f->string, "rope_theta"))
+      continue;
     const cJSON *va = cJSON_GetObjectItemCaseSensitive(a, f->string);
     const cJSON *vb = cJSON_GetObjectItemCaseSensitive(b, f->string);
     if (!va || !vb || !cJSON_Compare(va, vb, 1))
@@ -382,7 +392,8 @@ int kf_import_hf_convert(const cJSON *cfg, const char *in, const char *fam_dir, 
       family = families[i].family;
   if (!family) {
     kf_error(in, "model_type",
-             "no kforge family for model_type %s%s%s (supported: llama, qwen3, qwen3_moe, mixtral)",
+             "no kforge family for model_type %s%s%s (supported: llama, mistral, qwen2, qwen3, "
+             "qwen3_moe, mixtral)",
              cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "(missing)",
              cJSON_IsString(mt) ? "\"" : "");
     goto done;

@@ -475,6 +475,10 @@ KF_DEVICE void store_bf16(kf_bf16 *p, float v) {
   *reinterpret_cast<uint16_t *>(p) = (uint16_t)float_to_bf16_bits(v);
 }
 
+KF_DEVICE float load_bf16(const kf_bf16 *p) {
+  return __uint_as_float((uint32_t) * reinterpret_cast<const uint16_t *>(p) << 16);
+}
+
 // Two bf16 halves taken from two words: (lo16 of a, lo16 of b) for
 // take_hi == false, (hi16 of a, hi16 of b) otherwise.
 KF_DEVICE uint32_t interleave_bf16(uint32_t a, uint32_t b, bool take_hi) {

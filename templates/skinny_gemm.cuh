@@ -613,17 +613,37 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   }
 }
 
-// Entry: grid [N / 16 * KSPLIT] in clusters of [KSPLIT, 1, 1], block [256],
-// shared_bytes gemm_dyn_smem_bytes(KF_USE_MMA, gemm_long(K / KSPLIT, DEEP_RING), W).
-// x [rows x K], w [N x K], y [rows x N].
-template <class P>
-KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y, int rows) {
+// The tile of this block (grid [N / 16 * KSPLIT] in clusters of [KSPLIT, 1,
+// 1], block [256], shared_bytes gemm_dyn_smem_bytes(KF_USE_MMA,
+// gemm_long(K / KSPLIT, DEEP_RING), W)): rows n0 .. n0 + 15 of w [N x K]
+// times x [rows x K]; epi(n, xrow, v) stores output column n of row xrow,
+// v its fp32 sum.
+template <class P, class Epi>
+KF_DEVICE void skinny_gemm_tile(const kf_bf16 *x, const kf_bf16 *w, int rows, Epi epi) {
   static_assert(P::N % kGemmTileRows == 0, "N must be a multiple of 16");
   const int n0 = (int)(blockIdx.x / P::KSPLIT) * kGemmTileRows;
   const long long off[1] = {(long long)n0 * P::K};
   skinny_gemm_block<P::K, 1, P::W, kGemmThreads, false, P::KSPLIT, P::DEEP_RING != 0,
-                    P::LATE_SLOTS>(x, w, off, rows, [&](int wrow, int xrow, const float *v) {
-    store_bf16(y + (long long)xrow * P::N + n0 + wrow, v[0]);
+                    P::LATE_SLOTS>(
+      x, w, off, rows, [&](int wrow, int xrow, const float *v) { epi(n0 + wrow, xrow, v[0]); });
+}
+
+// Entry: y [rows x N] = x [rows x K] w^T (skinny_gemm.json).
+template <class P>
+KF_DEVICE void skinny_gemm_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *y, int rows) {
+  skinny_gemm_tile<P>(
+      x, w, rows, [&](int n, int xrow, float v) { store_bf16(y + (long long)xrow * P::N + n, v); });
+}
+
+// Entry with a bias (skinny_gemm_bias.json; Qwen2's qkv_proj): y = x w^T +
+// bias, bias [N] added to the fp32 sum before its one rounding to bf16, as
+// a fused linear with bias rounds. The bias is a weight: nothing before the
+// kernel writes it.
+template <class P>
+KF_DEVICE void skinny_gemm_bias_entry(const kf_bf16 *x, const kf_bf16 *w, const kf_bf16 *bias,
+                                      kf_bf16 *y, int rows) {
+  skinny_gemm_tile<P>(x, w, rows, [&](int n, int xrow, float v) {
+    store_bf16(y + (long long)xrow * P::N + n, v + load_bf16(bias + n));
   });
 }
 

@@ -323,16 +323,49 @@ class ImportHF(unittest.TestCase):
                  {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 14336,
                   "head_dim": 128, "num_key_value_heads": 8})):
             with self.subTest(name=name):
-                self.imported(config, name, family, shape, check_keys=False)
-                w = Work(self, "hf", copy_shipped=True)
-                out = f"{name}.json"
-                w.ok("import-hf", os.path.join(FIXTURES, "hf", config), "-o", out, "--name", name,
-                     common=False)
-                got = [w.kf("keys", "--templates", "shipped/templates", "--arch", "sm_90a", d,
-                            common=False) for d in (out, f"shipped/models/{name}.json")]
-                for r in got:
+                self.same_keys_as_shipped(config, name, family, shape)
+
+    def same_keys_as_shipped(self, config, name, family, shape):
+        """The description import-hf writes from config has family and shape,
+        and exactly the keys of the shipped models/<name>.json."""
+        self.imported(config, name, family, shape, check_keys=False)
+        w = Work(self, "hf", copy_shipped=True)
+        out = f"{name}.json"
+        w.ok("import-hf", os.path.join(FIXTURES, "hf", config), "-o", out, "--name", name,
+             common=False)
+        got = [w.kf("keys", "--templates", "shipped/templates", "--arch", "sm_90a", d,
+                    common=False) for d in (out, f"shipped/models/{name}.json")]
+        for r in got:
+            self.assertEqual(r.rc, 0, str(r))
+        self.assertEqual(parse_keys(self, got[0].out), parse_keys(self, got[1].out))
+
+    def test_import_hf_qwen2_and_mistral_give_the_shipped_descriptions_kernels(self):
+        """Qwen2.5-7B (model_type qwen2: biases on q, k and v, a sliding
+        window that use_sliding_window turns off) and Mistral-7B-v0.3 (model_type
+        mistral: the Llama layer, no window; Llama-3.1-8B's tuning copied,
+        the same sizes with another rope_theta)."""
+        self.same_keys_as_shipped("qwen2.5-7b.config.json", "qwen2.5-7b", "qwen2",
+                                  {"num_attention_heads": 28, "num_key_value_heads": 4,
+                                   "head_dim": 128, "intermediate_size": 18944})
+        self.same_keys_as_shipped("mistral-7b-v0.3.config.json", "mistral-7b-v0.3", "llama",
+                                  {"rope_theta": 1000000, "o_proj_deep_ring": 1,
+                                   "gate_up_proj_deep_ring": 1, "o_proj_late_slots": 1})
+
+    def test_import_hf_refuses_a_sliding_window_that_binds(self):
+        w = Work(self, "hf")
+        with open(os.path.join(FIXTURES, "hf", "mistral-7b-v0.3.config.json")) as f:
+            cfg = json.load(f)
+        for window, refused in ((4096, True), (32767, True), (32768, False), (None, False)):
+            with self.subTest(window=window):
+                w.dump_json("config.json", dict(cfg, sliding_window=window))
+                r = w.kf("import-hf", "config.json", "--name", "m", common=False)
+                if refused:
+                    self.assertEqual(r.rc, 2, str(r))
+                    self.assertIn("config.json: sliding_window: error: family llama does not "
+                                  f"implement sliding-window attention, got {window}", r.err)
+                else:
                     self.assertEqual(r.rc, 0, str(r))
-                self.assertEqual(parse_keys(self, got[0].out), parse_keys(self, got[1].out))
+                    self.assertEqual(json.loads(r.out)["family"], "llama")
 
     def test_import_hf_moe_refuses_dense_layers_among_the_experts(self):
         w = Work(self, "hf")

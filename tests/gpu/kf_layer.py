@@ -24,7 +24,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ARCH = "sm_90a"
 
 # KF_TEST_MODELS="a,b" narrows the tests and benchmarks to those models.
-MODELS = [m for m in os.environ.get("KF_TEST_MODELS", "llama-3.1-8b,qwen3-8b,qwen3-0.6b").split(",") if m]
+MODELS = [m for m in os.environ.get(
+    "KF_TEST_MODELS", "llama-3.1-8b,qwen3-8b,qwen3-0.6b,qwen2.5-7b,mistral-7b-v0.3").split(",") if m]
 KINDS = ["input_norm", "qkv_proj", "rope_kv_write", "decode_attention", "o_proj",
          "post_attn_norm", "gate_up_proj", "down_proj"]
 BF16_NAN = 0x7FC0  # poison bits
@@ -103,6 +104,7 @@ class Shape:
         self.page_size = self.tparams["decode_attention"]["PAGE_SIZE"]
         self.splits = self.tparams["decode_attention"]["SPLITS"]
         self.qk_norm = self.templates["rope_kv_write"].startswith("qknorm")
+        self.qkv_bias = self.templates["qkv_proj"] == "skinny_gemm_bias"  # qwen2
         self.widths = sorted(built["decode_attention"][2])
         self.g = self.hq // self.hkv
         self.qkv_n = (self.hq + 2 * self.hkv) * self.d
@@ -360,6 +362,7 @@ class LayerWeights:
         self.q_norm = (1 + 0.1 * torch.randn(s.d, device="cuda", generator=gen)).to(torch.bfloat16)
         self.k_norm = (1 + 0.1 * torch.randn(s.d, device="cuda", generator=gen)).to(torch.bfloat16)
         self.qkv = randn(s.qkv_n, h, scale=h ** -0.5, gen=gen)
+        self.qkv_bias = randn(s.qkv_n, scale=0.5, gen=gen) if s.qkv_bias else None
         self.o = randn(h, s.hq * s.d, scale=(s.hq * s.d) ** -0.5, gen=gen)
         # the dense MLP (a mixture of experts has its own weights: test_moe.py)
         self.gate_up = randn(2 * i, h, scale=h ** -0.5, gen=gen) if i else None
@@ -394,7 +397,7 @@ def run_attention(ks, s, w, buf, kv, x, residual, positions, slots, stream=None)
     x: the previous layer's MLP output, residual: updated in place; returns
     buf.h2 (the MLP's normalised input); kv.k/kv.v receive the step's k and v."""
     call(ks["input_norm"], stream, x=x, residual=residual, weight=w.in_norm, out=buf.h)
-    call(ks["qkv_proj"], stream, x=buf.h, w=w.qkv, y=buf.qkv)
+    call(ks["qkv_proj"], stream, x=buf.h, w=w.qkv, bias=w.qkv_bias, y=buf.qkv)
     call(ks["rope_kv_write"], stream, qkv=buf.qkv, positions=positions, slots=slots,
          q_norm_w=w.q_norm, k_norm_w=w.k_norm, q_out=buf.q, k_cache=kv.k, v_cache=kv.v)
     call(ks["decode_attention"], stream, q=buf.q, k_cache=kv.k, v_cache=kv.v,
@@ -419,6 +422,8 @@ def ref_attention(s, w, kv_k, kv_v, kv, x, residual, rows):
     caches before the step). Returns (h2, residual_out, k_new, v_new)."""
     h, res = ref_add_rmsnorm(x[:rows], residual[:rows], w.in_norm, s.eps)
     qkv = h @ w.qkv.float().t()
+    if w.qkv_bias is not None:
+        qkv = qkv + w.qkv_bias.float()
     pos = kv.positions()[:rows]
     q, k_new, v_new = ref_rope_kv(qkv, pos, s, w.q_norm, w.k_norm)
     attn = torch.empty(rows, s.hq, s.d, device="cuda")

@@ -120,7 +120,7 @@ class NormTests(_Base):
 
 # ---- projections ----------------------------------------------------------------------
 class ProjectionTests(_Base):
-    def _run(self, model, kind, x_rows, wt):
+    def _run(self, model, kind, x_rows, wt, bias=None):
         s = L.Shape(model)
         n, kdim = s.proj_shape(kind)
         out_n = s.inter if kind == "gate_up_proj" else n
@@ -129,7 +129,7 @@ class ProjectionTests(_Base):
         x = L.randn(k.width, kdim)
         x[:rows] = x_rows
         y = L.poisoned(k.width, out_n)
-        L.call(k, x=x, w=wt, y=y, out=y)
+        L.call(k, x=x, w=wt, bias=bias, y=y, out=y)
         torch.cuda.synchronize()
         self.assertTrue(L.is_poison(y[rows:]), f"{model}/{kind}: pad rows written")
         return (y[:rows],)
@@ -138,14 +138,18 @@ class ProjectionTests(_Base):
         for model in L.MODELS:
             s = L.Shape(model)
             n, kdim = s.proj_shape(kind)
+            # qwen2's qkv_proj adds a bias (template skinny_gemm_bias)
+            bias = L.randn(n, scale=0.5) if kind == "qkv_proj" and s.qkv_bias else None
             for rows in ROWS:
                 wt = L.randn(n, kdim, scale=kdim ** -0.5)
                 x = L.randn(rows, kdim)
-                (y,) = self._run(model, kind, x, wt)
+                (y,) = self._run(model, kind, x, wt, bias)
                 ref = L.ref_gate_up(x, wt, s.inter) if kind == "gate_up_proj" else L.ref_linear(x, wt)
+                if bias is not None:
+                    ref = ref + bias.float()
                 self.assertClose(y, ref, f"{model}/{kind} R={rows}")
             xs = L.randn(8, kdim)
-            self.assertInvariant(lambda ids: self._run(model, kind, xs[ids], wt),
+            self.assertInvariant(lambda ids: self._run(model, kind, xs[ids], wt, bias),
                                  f"{model}/{kind}")
 
     def test_qkv_proj(self):
