@@ -36,8 +36,14 @@ TINY = {
                        rope_theta=1000000.0),
     "tiny-llama": dict(_COMMON, architectures=["LlamaForCausalLM"], model_type="llama",
                        rope_theta=500000.0, tie_word_embeddings=True),
+    "tiny-qwen2": dict(_COMMON, architectures=["Qwen2ForCausalLM"], model_type="qwen2",
+                       rope_theta=1000000.0, sliding_window=4096, use_sliding_window=False),
 }
+# Built under their own names with another page size (kernel ids have no
+# page-size part): the loop over pages of 32 and 64 tokens.
+PAGE_SIZES = {"tiny-qwen3-p32": ("tiny-qwen3", 32), "tiny-llama-p64": ("tiny-llama", 64)}
 PROMPTS = [[5, 17, 300, 42, 1999], [7], [1000, 3, 9, 11, 12, 13, 14, 15, 16]]
+LONG_PROMPTS = [list(range(1, 70)), [3] * 40]  # past a page of 64 tokens
 NEW_TOKENS = 10
 
 
@@ -94,6 +100,9 @@ def random_checkpoint(dirname, name, seed):
                   p + "self_attn.v_proj.weight": mat(kv, h), p + "self_attn.o_proj.weight": mat(h, q),
                   p + "mlp.gate_proj.weight": mat(i, h), p + "mlp.up_proj.weight": mat(i, h),
                   p + "mlp.down_proj.weight": mat(h, i)})
+        if c["model_type"] == "qwen2":
+            for proj, n in (("q", q), ("k", kv), ("v", kv)):
+                w[p + f"self_attn.{proj}_proj.bias"] = (0.5 * torch.randn(n, generator=gen)).to(torch.bfloat16)
         if c["model_type"] == "qwen3":
             w[p + "self_attn.q_norm.weight"] = norm(d)
             w[p + "self_attn.k_norm.weight"] = norm(d)
@@ -130,9 +139,9 @@ def ref_logits(w, c, tokens):
     for li in range(c["num_hidden_layers"]):
         p = f"model.layers.{li}."
         h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].t()).view(t, hq, d)
-        k = (h @ w[p + "self_attn.k_proj.weight"].t()).view(t, hkv, d)
-        v = (h @ w[p + "self_attn.v_proj.weight"].t()).view(t, hkv, d)
+        q, k, v = (h @ w[p + f"self_attn.{n}_proj.weight"].t() + w.get(p + f"self_attn.{n}_proj.bias", 0)
+                   for n in "qkv")
+        q, k, v = q.view(t, hq, d), k.view(t, hkv, d), v.view(t, hkv, d)
         if c["model_type"] == "qwen3":
             q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
@@ -153,16 +162,20 @@ def ref_logits(w, c, tokens):
 
 
 class DecodeExample(unittest.TestCase):
-    def _run(self, name, prompts, seed):
+    def _run(self, name, prompts, seed, new_tokens=NEW_TOKENS):
         import torch
+        config, page_size = PAGE_SIZES.get(name, (name, None))
         cache = os.environ.get("KFORGE_TEST_CACHE")
         if not cache:
             self.fail("KFORGE_TEST_CACHE must name a cache holding the tiny models "
                       "(python3 tests/gpu/test_decode_example.py --prepare CACHE)")
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = os.path.join(tmp, name)
-            w = random_checkpoint(ckpt, name, seed)
-            model = decode.Model.load(ckpt, cache, ARCH, name, [int(x) for x in WIDTHS.split(",")])
+            w = random_checkpoint(ckpt, config, seed)
+            model = decode.Model.load(ckpt, cache, ARCH, name, [int(x) for x in WIDTHS.split(",")],
+                                      page_size)
+        if page_size:
+            self.assertEqual(model.page_size, page_size, "the kernels of that page size")
         history = [[] for _ in prompts]
         worst = {"cos": 1.0, "rel": 0.0, "agree": 0, "close": 0}
 
@@ -172,7 +185,7 @@ class DecodeExample(unittest.TestCase):
                 if not active[r]:
                     continue
                 history[r].append(fed[r])
-                ref = ref_logits(w, TINY[name], history[r])
+                ref = ref_logits(w, TINY[config], history[r])
                 out = logits[r]
                 cos = torch.nn.functional.cosine_similarity(out, ref, dim=0).item()
                 rel = ((out - ref).norm() / ref.norm()).item()
@@ -189,9 +202,9 @@ class DecodeExample(unittest.TestCase):
                 else:
                     worst["close"] += 1
 
-        out, steps, secs = model.generate(prompts, NEW_TOKENS, on_logits=check)
+        out, steps, secs = model.generate(prompts, new_tokens, on_logits=check)
         for r, p in enumerate(prompts):
-            self.assertEqual(len(out[r]), NEW_TOKENS)
+            self.assertEqual(len(out[r]), new_tokens)
             self.assertEqual(history[r][:len(p)], p, "the prompt is fed first, token by token")
             self.assertEqual(history[r][len(p):], out[r][:-1], "then the tokens it generated")
         print(f"{name}: {len(prompts)} rows, {steps} steps: logits cosine >= {worst['cos']:.6f}, "
@@ -205,6 +218,15 @@ class DecodeExample(unittest.TestCase):
     def test_llama_batch_tied_embeddings(self):
         self._run("tiny-llama", PROMPTS, 2)
 
+    def test_qwen2_batch_qkv_bias(self):
+        self._run("tiny-qwen2", PROMPTS, 4)
+
+    def test_qwen3_pages_of_32(self):
+        self._run("tiny-qwen3-p32", LONG_PROMPTS, 5, new_tokens=4)
+
+    def test_llama_pages_of_64(self):
+        self._run("tiny-llama-p64", LONG_PROMPTS, 6, new_tokens=4)
+
     def test_qwen3_one_row(self):
         self._run("tiny-qwen3", [[11, 22, 33]], 3)
 
@@ -212,11 +234,11 @@ class DecodeExample(unittest.TestCase):
 def prepare(cache):
     """Builds the tiny models' kernels into cache (no GPU needed)."""
     with tempfile.TemporaryDirectory() as tmp:
-        for name in TINY:
+        for name, (config, page_size) in [(n, (n, None)) for n in TINY] + list(PAGE_SIZES.items()):
             d = os.path.join(tmp, name)
-            write_config(d, name)
-            rc = decode.main([d, "--build-only", "--cache", cache, "--arch", ARCH,
-                              "--name", name, "--widths", WIDTHS])
+            write_config(d, config)
+            rc = decode.main([d, "--build-only", "--cache", cache, "--arch", ARCH, "--name", name,
+                              "--widths", WIDTHS] + (["--page-size", str(page_size)] if page_size else []))
             if rc != 0:
                 sys.exit(rc)
 
