@@ -381,7 +381,8 @@ const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
       char *line = e ? kf_xstrndup(e + 7, strcspn(e + 7, ";\n")) : kf_xstrdup("no reason given");
       const char *need = strstr(line, "device library")
                              ? "its ROCm installation has no device library for this target"
-                             : "a newer ROCm toolchain is needed";
+                         : tc->plain_clang ? "a newer clang is needed"
+                                           : "a newer ROCm toolchain is needed";
       reason = kf_xasprintf("%s (%s) cannot build for %s: %s (%s)", tc->compiler, tc->short_name,
                             arch, need, line);
       free(line);
