@@ -148,7 +148,9 @@ __device__ double __ocml_exp2_f64(double x) {
 
 // ---- the architecture code -------------------------------------------------
 #if KF_VENDOR_HIP
-#if defined(__gfx942__)
+#if defined(__gfx950__)
+#define KF_ARCH_CODE 0x10950
+#elif defined(__gfx942__)
 #define KF_ARCH_CODE 0x10942
 #elif defined(__gfx941__)
 #define KF_ARCH_CODE 0x10941
