@@ -40,33 +40,29 @@
 // the headers' own declarations. Nothing else may call the device library.
 #if KF_VENDOR_HIP && defined(KF_NO_DEVICE_LIBS) && defined(__HIP_DEVICE_COMPILE__)
 extern "C" {
+// The builtin of dimension dim (x, y or z), else `other`.
+#define KF_BY_DIM(dim, X, Y, Z, other)                                                             \
+  ((dim) == 0 ? X() : (dim) == 1 ? Y() : (dim) == 2 ? Z() : (other))
 __device__ size_t __ockl_get_local_id(uint dim) {
-  return dim == 0   ? __builtin_amdgcn_workitem_id_x()
-         : dim == 1 ? __builtin_amdgcn_workitem_id_y()
-         : dim == 2 ? __builtin_amdgcn_workitem_id_z()
-                    : 0;
+  return KF_BY_DIM(dim, __builtin_amdgcn_workitem_id_x, __builtin_amdgcn_workitem_id_y,
+                   __builtin_amdgcn_workitem_id_z, 0);
 }
 __device__ size_t __ockl_get_group_id(uint dim) {
-  return dim == 0   ? __builtin_amdgcn_workgroup_id_x()
-         : dim == 1 ? __builtin_amdgcn_workgroup_id_y()
-         : dim == 2 ? __builtin_amdgcn_workgroup_id_z()
-                    : 0;
+  return KF_BY_DIM(dim, __builtin_amdgcn_workgroup_id_x, __builtin_amdgcn_workgroup_id_y,
+                   __builtin_amdgcn_workgroup_id_z, 0);
 }
 // HIP launches whole workgroups: the size is the launch's block size.
 __device__ size_t __ockl_get_local_size(uint dim) {
-  return dim == 0   ? __builtin_amdgcn_workgroup_size_x()
-         : dim == 1 ? __builtin_amdgcn_workgroup_size_y()
-         : dim == 2 ? __builtin_amdgcn_workgroup_size_z()
-                    : 1;
+  return KF_BY_DIM(dim, __builtin_amdgcn_workgroup_size_x, __builtin_amdgcn_workgroup_size_y,
+                   __builtin_amdgcn_workgroup_size_z, 1);
 }
 __device__ size_t __ockl_get_num_groups(uint dim) {
-  const size_t grid = dim == 0   ? __builtin_amdgcn_grid_size_x()
-                      : dim == 1 ? __builtin_amdgcn_grid_size_y()
-                      : dim == 2 ? __builtin_amdgcn_grid_size_z()
-                                 : 1;
+  const size_t grid = KF_BY_DIM(dim, __builtin_amdgcn_grid_size_x, __builtin_amdgcn_grid_size_y,
+                                __builtin_amdgcn_grid_size_z, 1);
   const size_t size = __ockl_get_local_size(dim);
   return (grid + size - 1) / size;
 }
+#undef KF_BY_DIM
 // The memory-space flags are not needed: a fence orders every space.
 __device__ void __atomic_work_item_fence(__cl_mem_fence_flags, __memory_order order,
                                          __memory_scope scope) {

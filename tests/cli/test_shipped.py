@@ -53,7 +53,7 @@ class ShippedKernels(unittest.TestCase):
         the cache holds."""
         work = tempfile.mkdtemp(prefix="kf-shipped-")
         self.addCleanup(shutil.rmtree, work, True)
-        cache = os.path.join(work, "cache")
+        cache = self.cache = os.path.join(work, "cache")
         argv = [KFORGE, "build", "--template-dir", os.path.join(SRC, "templates"), "--cache", cache,
                 "--out", os.path.join(work, "out"), "-j", str(os.cpu_count() or 2), "--json",
                 *(["--arch", arch] if arch else []), *MODELS]
@@ -148,6 +148,17 @@ class ShippedKernels(unittest.TestCase):
         self.assert_no_spills(metas, "clang-19")
         kernels = [k for man in manifests for k in man["kernels"]]
         self.assertEqual(len(kernels), len(metas))
+        # each object is the device ELF itself, with a 64-lane kernel of the
+        # manifest's symbol in its metadata note
+        readelf = shutil.which("llvm-readelf-19") or "/usr/lib/llvm-19/bin/llvm-readelf"
+        for k in kernels:
+            obj = os.path.join(self.cache, "v1", "objects", k["key"][:2], k["key"], "object.hsaco")
+            with open(obj, "rb") as f:
+                self.assertEqual(f.read(4), b"\x7fELF", k["id"])
+            notes = subprocess.run([readelf, "--notes", obj], capture_output=True, text=True,
+                                   check=True).stdout
+            self.assertRegex(notes, rf"\.name:\s+{k['symbol']}\n", k["id"])
+            self.assertIn(".wavefront_size: 64", notes, k["id"])
 
 
 if __name__ == "__main__":
