@@ -268,8 +268,6 @@ static size_t hip_candidates(kf_toolchain ***out) {
   return n;
 }
 
-size_t kf_toolchain_hip_list(kf_toolchain ***out) { return hip_candidates(out); }
-
 kf_toolchain *kf_toolchain_for_arch(const char *arch, const char **why) {
   if (!kf_arch_is_hip(arch)) {
     kf_toolchain *tc = kf_toolchain_get(KF_BACKEND_CUDA);

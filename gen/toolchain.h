@@ -38,10 +38,6 @@ kf_toolchain *kf_toolchain_get(int backend);
  * compiler tried and its reason (owned by the module). */
 kf_toolchain *kf_toolchain_for_arch(const char *arch, const char **why);
 
-/* The HIP compilers kf_toolchain_for_arch tries, in order, into *out (owned
- * by the module; an entry may carry ->error). Returns how many. */
-size_t kf_toolchain_hip_list(kf_toolchain ***out);
-
 /* Returns NULL when the toolchain can build for arch, else a one-line reason
  * (owned by the toolchain) such as "hipcc (clang 15) cannot target gfx950". */
 const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch);
