@@ -151,6 +151,7 @@ class ShippedKernels(unittest.TestCase):
         # each object is the device ELF itself, with a 64-lane kernel of the
         # manifest's symbol in its metadata note
         readelf = shutil.which("llvm-readelf-19") or "/usr/lib/llvm-19/bin/llvm-readelf"
+        objdump = shutil.which("llvm-objdump-19") or "/usr/lib/llvm-19/bin/llvm-objdump"
         for k in kernels:
             obj = os.path.join(self.cache, "v1", "objects", k["key"][:2], k["key"], "object.hsaco")
             with open(obj, "rb") as f:
@@ -159,6 +160,16 @@ class ShippedKernels(unittest.TestCase):
                                    check=True).stdout
             self.assertRegex(notes, rf"\.name:\s+{k['symbol']}\n", k["id"])
             self.assertIn(".wavefront_size: 64", notes, k["id"])
+            # kf_portability.cuh's device-library subset: inlined, on the
+            # hardware's instructions, nothing left to call
+            asm = subprocess.run([objdump, "-d", obj], capture_output=True, text=True,
+                                 check=True).stdout
+            self.assertNotIn("s_swappc", asm, k["id"])
+            if k["kind"].endswith("_norm"):  # rsqrtf
+                self.assertIn("v_rsq_f32", asm, k["id"])
+            if k["kind"] == "rope_kv_write":  # __sincosf, double exp2 (log2 of a constant folds)
+                for insn in ("v_sin_f32", "v_cos_f32", "v_ldexp_f64"):
+                    self.assertIn(insn, asm, k["id"])
 
 
 if __name__ == "__main__":
