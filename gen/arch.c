@@ -119,3 +119,34 @@ int kf_arch_sm(const char *arch) {
 }
 
 int kf_arch_has_mma(const char *arch) { return kf_arch_sm(arch) >= 80; }
+
+/* When LLVM first targeted each newer processor, and an older processor of
+ * the same generation for parsers that predate it. */
+static const struct {
+  const char *base;
+  int llvm;
+  const char *older;
+} gfx_since[] = {
+    {"gfx941", 17, "gfx940"},   {"gfx942", 17, "gfx940"},   {"gfx950", 20, "gfx940"},
+    {"gfx1200", 18, "gfx1102"}, {"gfx1201", 18, "gfx1102"}, {NULL, 0, NULL},
+};
+
+int kf_arch_first_llvm(const char *arch) {
+  rt_arch a;
+  if (rt_arch_parse(arch, &a) != 0 || a.kind != RT_ARCH_HIP)
+    return 0;
+  for (int i = 0; gfx_since[i].base; i++)
+    if (!strcmp(gfx_since[i].base, a.base))
+      return gfx_since[i].llvm;
+  return 0;
+}
+
+const char *kf_arch_parse_as(const char *arch, int llvm) {
+  rt_arch a;
+  if (rt_arch_parse(arch, &a) != 0 || a.kind != RT_ARCH_HIP)
+    return arch;
+  for (int i = 0; gfx_since[i].base; i++)
+    if (!strcmp(gfx_since[i].base, a.base) && llvm < gfx_since[i].llvm)
+      return gfx_since[i].older;
+  return arch;
+}

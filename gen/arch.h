@@ -33,4 +33,15 @@ int kf_arch_sm(const char *arch);
  * (NVIDIA sm_80 and later: KF_HAS_MMA_BF16 in kf_portability.cuh), else 0. */
 int kf_arch_has_mma(const char *arch);
 
+/* The first LLVM major version whose AMDGPU backend targets a gfx arch
+ * (features ignored): 20 for gfx950, 17 for gfx942; 0 for the older ones,
+ * which every supported LLVM targets, and for any other arch. */
+int kf_arch_first_llvm(const char *arch);
+/* The processor a parser of LLVM major `llvm` preprocesses a gfx arch as:
+ * the arch's processor when that LLVM targets it, else an older processor
+ * of the same generation that it does (gfx940 for gfx942 and gfx950), whose
+ * predefined macros are then replaced by the real compiler's. Returns arch
+ * itself or a static string. */
+const char *kf_arch_parse_as(const char *arch, int llvm);
+
 #endif /* KF_ARCH_H */

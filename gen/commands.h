@@ -7,6 +7,7 @@ int kf_cmd_build(int argc, char **argv);
 int kf_cmd_warm(int argc, char **argv);
 int kf_cmd_keys(int argc, char **argv);
 int kf_cmd_lint(int argc, char **argv);
+int kf_cmd_toolchains(int argc, char **argv);
 int kf_cmd_explain(int argc, char **argv);
 int kf_cmd_ls(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);

@@ -8,6 +8,7 @@
  * exactly those flags (toolchain.c), and its inclusion list is the closure. */
 #define _GNU_SOURCE
 #include "digest.h"
+#include "arch.h"
 
 #include "json.h"
 
@@ -499,6 +500,19 @@ static void scan_include_names(const kf_compile_setup *cs, closure *c, const cha
   free(dir);
 }
 
+/* The major version of the libclang that parses (16 for clang 16.0.6). */
+static int libclang_major(void) {
+  static int major = -1;
+  if (major < 0) {
+    CXString v = clang_getClangVersion();
+    const char *t = clang_getCString(v);
+    const char *p = t ? strstr(t, "version ") : NULL;
+    major = p ? atoi(p + 8) : 0;
+    clang_disposeString(v);
+  }
+  return major;
+}
+
 /* Parses the source like the device pass and collects its closure. */
 static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
                          const kf_compile_setup *cs, closure *c, char **err) {
@@ -515,6 +529,24 @@ static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   if (tc->backend == KF_BACKEND_CUDA && !predefs) {
     kf_strv_free(&pass);
     return -1;
+  }
+  /* a gfx processor newer than this libclang (gfx942, gfx950 for clang 16):
+   * parse as an older one of the same generation, with the real compiler's
+   * macros for the arch (__gfx942__, its wavefront size) instead of ours */
+  const char *parse_as = kf_arch_parse_as(in->arch, libclang_major());
+  if (tc->backend == KF_BACKEND_HIP && strcmp(parse_as, in->arch) != 0) {
+    predefs = kf_toolchain_hip_predefs(tc, in->arch, &pass, err);
+    if (!predefs) {
+      kf_strv_free(&pass);
+      return -1;
+    }
+    char *target = kf_xasprintf("--offload-arch=%s", in->arch);
+    for (size_t i = 0; i < pass.n; i++)
+      if (!strcmp(pass.v[i], target)) {
+        free(pass.v[i]);
+        pass.v[i] = kf_xasprintf("--offload-arch=%s", parse_as);
+      }
+    free(target);
   }
   if (predefs) {
     kf_strv_push(&flags, "-undef");

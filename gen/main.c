@@ -16,6 +16,7 @@ static const struct {
     {"warm", kf_cmd_warm, "build, and fail unless every kernel ends up in the cache"},
     {"keys", kf_cmd_keys, "print each kernel's key, compiling nothing"},
     {"lint", kf_cmd_lint, "show each kernel's registers, spills and occupancy against its limits"},
+    {"toolchains", kf_cmd_toolchains, "show which compiler builds each arch, or why none can"},
     {"explain", kf_cmd_explain, "show the inputs of a kernel's key and what changed"},
     {"ls", kf_cmd_ls, "list cache entries"},
     {"verify", kf_cmd_verify, "re-hash every cache entry"},

@@ -51,7 +51,7 @@ int kf_session_load(kf_session *s, kf_cli *cli, int write_deps) {
   for (size_t i = 0; i < s->plan.n; i++) {
     kf_unit *u = &s->units[i];
     u->in = &s->plan.v[i];
-    u->tc = kf_toolchain_get(kf_arch_is_hip(u->in->arch) ? KF_BACKEND_HIP : KF_BACKEND_CUDA);
+    u->tc = kf_toolchain_for_arch(u->in->arch, NULL);
     kf_compile_setup_init(&u->cs, u->in, u->tc, cli->out_dir, cli->mopt.templates_dir,
                           &cli->mopt.extra_template_dirs, &cli->defines);
   }
@@ -71,7 +71,8 @@ void kf_session_report(kf_session *s, const kf_unit *u) {
 int kf_session_key(kf_session *s, kf_unit *u) {
   if (u->keyed)
     return 0;
-  const char *why = kf_toolchain_check_arch(u->tc, u->in->arch);
+  const char *why;
+  kf_toolchain_for_arch(u->in->arch, &why);
   if (why) {
     u->error = kf_xstrdup(why);
     return -1;

@@ -133,10 +133,32 @@ static const compiler_spec hipcc_spec = {
     "hipcc libamdhip64-dev)",
     ""};
 
-/* Finds the compiler (its variable, then PATH, then the default path), asks
- * its version and records it: tc->compiler, tc->prefix (the install the
- * driver lives in: <prefix>/bin) and the identity's compiler record. Returns
- * the version text (caller frees), or NULL with tc->error set. */
+/* Asks exe (owned by tc from here) its version and records it:
+ * tc->compiler, tc->prefix (the install the driver lives in: <prefix>/bin)
+ * and the identity's compiler record. Returns the version text (caller
+ * frees), or NULL with tc->error set when --version does not contain
+ * `answer` (what `name` answers). */
+static char *identify(kf_toolchain *tc, char *exe, const char *name, const char *answer) {
+  tc->compiler = exe;
+  char *ver = version_text(exe, "--version");
+  if (!ver || !*ver || !strstr(ver, answer)) {
+    tc->error = kf_xasprintf("%s --version did not answer like %s", exe, name);
+    free(ver);
+    return NULL;
+  }
+  kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
+  char real[PATH_MAX];
+  if (realpath(exe, real)) {
+    char *bin = kf_path_dirname(real);
+    tc->prefix = kf_path_dirname(bin);
+    free(bin);
+  }
+  return ver;
+}
+
+/* Finds the compiler (its variable, then PATH, then the default path) and
+ * identifies it. Returns the version text (caller frees), or NULL with
+ * tc->error set. */
 static char *find_compiler(kf_toolchain *tc, const compiler_spec *c) {
   const char *forced = getenv(c->var);
   char *exe =
@@ -149,21 +171,7 @@ static char *find_compiler(kf_toolchain *tc, const compiler_spec *c) {
     tc->error = kf_xstrdup(c->not_found);
     return NULL;
   }
-  tc->compiler = exe;
-  char *ver = version_text(exe, "--version");
-  if (!ver || !*ver || !strstr(ver, c->answer)) {
-    tc->error = kf_xasprintf("%s --version did not answer like %s", exe, c->name);
-    free(ver);
-    return NULL;
-  }
-  kf_strv_push_owned(&tc->identity, kf_xasprintf("compiler=%s", ver));
-  char real[PATH_MAX];
-  if (realpath(exe, real)) {
-    char *bin = kf_path_dirname(real);
-    tc->prefix = kf_path_dirname(bin);
-    free(bin);
-  }
-  return ver;
+  return identify(tc, exe, c->name, c->answer);
 }
 
 static void probe_cuda(kf_toolchain *tc) {
@@ -184,18 +192,29 @@ static void probe_cuda(kf_toolchain *tc) {
   add_env_identity(tc, cuda_env);
 }
 
+/* What a HIP driver's version text makes of tc: hipcc ("HIP version: …",
+ * then its clang's) or a plain clang ("clang version …"), which builds with
+ * -nogpulib. */
+static void describe_hip(kf_toolchain *tc, const char *ver) {
+  const char *hv = strstr(ver, "HIP version: ");
+  const char *cv = strstr(ver, "clang version ");
+  tc->plain_clang = !hv && cv;
+  if (tc->plain_clang)
+    tc->short_name = kf_xasprintf("clang %.*s", (int)strcspn(cv + 14, "; "), cv + 14);
+  else
+    tc->short_name =
+        kf_xasprintf("HIP %.*s, clang %.*s", hv ? (int)strcspn(hv + 13, "; ") : 1,
+                     hv ? hv + 13 : "?", cv ? (int)strcspn(cv + 14, "; ") : 1, cv ? cv + 14 : "?");
+  tc->readelf = kf_amdgpu_find_readelf(cv ? atoi(cv + 14) : 0);
+  add_env_identity(tc, hip_env);
+}
+
 static void probe_hip(kf_toolchain *tc) {
   char *ver = find_compiler(tc, &hipcc_spec);
   if (!ver)
     return;
-  const char *hv = strstr(ver, "HIP version: ");
-  const char *cv = strstr(ver, "clang version ");
-  tc->short_name =
-      kf_xasprintf("HIP %.*s, clang %.*s", hv ? (int)strcspn(hv + 13, "; ") : 1, hv ? hv + 13 : "?",
-                   cv ? (int)strcspn(cv + 14, "; ") : 1, cv ? cv + 14 : "?");
-  tc->readelf = kf_amdgpu_find_readelf(cv ? atoi(cv + 14) : 0);
+  describe_hip(tc, ver);
   free(ver);
-  add_env_identity(tc, hip_env);
 }
 
 kf_toolchain *kf_toolchain_get(int backend) {
@@ -210,6 +229,85 @@ kf_toolchain *kf_toolchain_get(int backend) {
     cached[backend] = tc;
   }
   return cached[backend];
+}
+
+/* The newest clang-N (N >= 17, which targets gfx942) on PATH, or NULL
+ * (caller frees). */
+static char *newest_clang(void) {
+  for (int n = 40; n >= 17; n--) {
+    char name[16];
+    snprintf(name, sizeof name, "clang-%d", n);
+    char *p = find_on_path(name);
+    if (p)
+      return p;
+  }
+  return NULL;
+}
+
+/* The HIP compilers, in the order they are tried for an arch: hipcc
+ * (KFORGE_HIPCC, PATH, /opt/rocm), then, unless KFORGE_HIPCC names the
+ * one compiler to use, the newest clang-N on PATH as a plain HIP driver. */
+static size_t hip_candidates(kf_toolchain ***out) {
+  static kf_toolchain *list[2];
+  static size_t n;
+  if (!n) {
+    list[n++] = kf_toolchain_get(KF_BACKEND_HIP);
+    const char *forced = getenv("KFORGE_HIPCC");
+    char *clang = forced && *forced ? NULL : newest_clang();
+    if (clang) {
+      kf_toolchain *tc = kf_xcalloc(1, sizeof *tc);
+      tc->backend = KF_BACKEND_HIP;
+      char *ver = identify(tc, clang, "clang", "clang version");
+      if (ver)
+        describe_hip(tc, ver);
+      free(ver);
+      list[n++] = tc;
+    }
+  }
+  *out = list;
+  return n;
+}
+
+kf_toolchain *kf_toolchain_for_arch(const char *arch, const char **why) {
+  if (!kf_arch_is_hip(arch)) {
+    kf_toolchain *tc = kf_toolchain_get(KF_BACKEND_CUDA);
+    if (why)
+      *why = kf_toolchain_check_arch(tc, arch);
+    return tc;
+  }
+  kf_toolchain **list;
+  size_t n = hip_candidates(&list);
+  for (size_t i = 0; i < n; i++)
+    if (!kf_toolchain_check_arch(list[i], arch)) {
+      if (why)
+        *why = NULL;
+      return list[i];
+    }
+  if (why) {
+    /* every compiler tried, each with its reason, once per arch */
+    static kf_strv reasons;
+    const char *hit = NULL;
+    size_t alen = strlen(arch);
+    for (size_t i = 0; i < reasons.n && !hit; i++)
+      if (!strncmp(reasons.v[i], arch, alen) && reasons.v[i][alen] == '\n')
+        hit = reasons.v[i] + alen + 1;
+    if (!hit) {
+      kf_buf b = {0};
+      kf_buf_printf(&b, "%s\n", arch);
+      if (n > 1)
+        kf_buf_printf(&b, "no installed HIP compiler can build for %s: ", arch);
+      for (size_t i = 0; i < n; i++)
+        kf_buf_printf(&b, "%s%s", i ? "; " : "", kf_toolchain_check_arch(list[i], arch));
+      int llvm = kf_arch_first_llvm(arch);
+      if (llvm > 0)
+        kf_buf_printf(&b, " (%.*s needs LLVM %d or later%s)", (int)strcspn(arch, ":"), arch, llvm,
+                      llvm >= 20 ? ", as in ROCm 6.4 or later" : "");
+      kf_strv_push_owned(&reasons, kf_buf_take(&b));
+      hit = reasons.v[reasons.n - 1] + alen + 1;
+    }
+    *why = hit;
+  }
+  return list[0];
 }
 
 static const char *cache_get(const kf_strv *c, const char *key) {
@@ -268,8 +366,11 @@ const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
      * -nogpulib the driver also looks for the target's device library, which
      * a distribution's ROCm may lack for a target its clang knows. */
     char *target = kf_xasprintf("--offload-arch=%s", arch);
-    char *argv[] = {tc->compiler, "-x",        "hip", "--cuda-device-only", "-E",
-                    target,       "/dev/null", "-o",  "/dev/null",          NULL};
+    char *argv[] = {tc->compiler, "-x",   "hip",       "--cuda-device-only",
+                    "-E",         target, "/dev/null", "-o",
+                    "/dev/null",  NULL,   NULL};
+    if (tc->plain_clang) /* it builds without device libraries */
+      argv[9] = "-nogpulib";
     int rc = kf_run_capture(argv, &out);
     if (rc != 0) {
       /* clang's own words, e.g. "invalid target ID 'gfx950'" or "cannot find
@@ -278,7 +379,8 @@ const char *kf_toolchain_check_arch(kf_toolchain *tc, const char *arch) {
       char *line = e ? kf_xstrndup(e + 7, strcspn(e + 7, ";\n")) : kf_xstrdup("no reason given");
       const char *need = strstr(line, "device library")
                              ? "its ROCm installation has no device library for this target"
-                             : "a newer ROCm toolchain is needed";
+                         : tc->plain_clang ? "a newer clang is needed"
+                                           : "a newer ROCm toolchain is needed";
       reason = kf_xasprintf("%s (%s) cannot build for %s: %s (%s)", tc->compiler, tc->short_name,
                             arch, need, line);
       free(line);
@@ -302,7 +404,17 @@ void kf_toolchain_compile_args(const kf_toolchain *tc, const char *arch,
     kf_strv_push(out, "--ptxas-options=-v");
   } else {
     kf_strv_push_owned(out, kf_xasprintf("--offload-arch=%s", arch));
-    kf_strv_push(out, "--genco");
+    if (tc->plain_clang) {
+      /* the device code object itself (an ELF, no bundle), built without
+       * device libraries: kf_portability.cuh defines the few functions of
+       * theirs that the HIP headers call */
+      kf_strv_push(out, "--offload-device-only");
+      kf_strv_push(out, "--no-gpu-bundle-output");
+      kf_strv_push(out, "-nogpulib");
+      kf_strv_push(out, "-DKF_NO_DEVICE_LIBS");
+    } else {
+      kf_strv_push(out, "--genco");
+    }
     kf_strv_push(out, "-Rpass-analysis=kernel-resource-usage");
   }
   for (size_t i = 0; i < include_dirs->n; i++)
@@ -493,49 +605,78 @@ int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv 
   return 0;
 }
 
-char *kf_toolchain_host_predefs(kf_toolchain *tc, const kf_strv *device_flags, char **err) {
-  if (tc->backend != KF_BACKEND_CUDA)
-    return NULL;
-  /* what changes the predefined macros: the language, standard,
-   * optimisation, machine and feature flags */
-  kf_strv argv = {0};
-  kf_strv_push(&argv, tc->host_cc ? tc->host_cc : "gcc");
-  for (size_t i = 0; i < device_flags->n; i++) {
-    const char *f = device_flags->v[i];
-    if (!strncmp(f, "-std=", 5) || !strncmp(f, "-O", 2) || !strcmp(f, "-m64") ||
-        !strncmp(f, "-f", 2))
-      kf_strv_push(&argv, f);
-  }
+/* The output of `argv -dM -E … /dev/null` (argv NULL-free, consumed),
+ * cached per argv. Returns it (caller frees), or NULL with *err set. */
+static char *predefs_of(kf_toolchain *tc, kf_strv *argv, const char *lang, char **err) {
   XXH3_state_t *st = XXH3_createState();
   XXH3_64bits_reset(st);
-  for (size_t i = 0; i < argv.n; i++)
-    XXH3_64bits_update(st, argv.v[i], strlen(argv.v[i]) + 1);
+  for (size_t i = 0; i < argv->n; i++)
+    XXH3_64bits_update(st, argv->v[i], strlen(argv->v[i]) + 1);
   char key[17];
   kf_hex64(XXH3_64bits_digest(st), key);
   XXH3_freeState(st);
   const char *hit = cache_get(&tc->predefs_cache, key);
   if (hit) {
-    kf_strv_free(&argv);
+    kf_strv_free(argv);
     return kf_xstrdup(hit);
   }
-  kf_strv_push(&argv, "-dM");
-  kf_strv_push(&argv, "-E");
-  kf_strv_push(&argv, "-x");
-  kf_strv_push(&argv, "c++");
-  kf_strv_push(&argv, "/dev/null");
-  kf_strv_push_owned(&argv, NULL);
+  kf_strv_push(argv, "-dM");
+  kf_strv_push(argv, "-E");
+  kf_strv_push(argv, "-x");
+  kf_strv_push(argv, lang);
+  kf_strv_push(argv, "/dev/null");
+  kf_strv_push_owned(argv, NULL);
   char *out = NULL;
-  int rc = kf_run_capture(argv.v, &out);
-  argv.n--;
-  if (rc != 0 || !out || !strstr(out, "#define __GNUC__")) {
-    *err = kf_xasprintf("cannot read the predefined macros of %s (exit %d)", argv.v[0], rc);
-    kf_strv_free(&argv);
+  int rc = kf_run_capture(argv->v, &out);
+  argv->n--;
+  if (rc != 0 || !out || !strstr(out, "#define __")) {
+    *err = kf_xasprintf("cannot read the predefined macros of %s (exit %d)", argv->v[0], rc);
+    kf_strv_free(argv);
     free(out);
     return NULL;
   }
-  kf_strv_free(&argv);
+  kf_strv_free(argv);
   kf_strv_push_owned(&tc->predefs_cache, kf_xasprintf("%s\n%s", key, out));
   return out;
+}
+
+/* Whether a flag changes the predefined macros: the standard, optimisation,
+ * machine and feature flags. */
+static int changes_predefs(const char *f) {
+  return !strncmp(f, "-std=", 5) || !strncmp(f, "-O", 2) || !strcmp(f, "-m64") ||
+         !strncmp(f, "-f", 2);
+}
+
+char *kf_toolchain_host_predefs(kf_toolchain *tc, const kf_strv *device_flags, char **err) {
+  if (tc->backend != KF_BACKEND_CUDA)
+    return NULL;
+  kf_strv argv = {0};
+  kf_strv_push(&argv, tc->host_cc ? tc->host_cc : "gcc");
+  for (size_t i = 0; i < device_flags->n; i++)
+    if (changes_predefs(device_flags->v[i]))
+      kf_strv_push(&argv, device_flags->v[i]);
+  char *out = predefs_of(tc, &argv, "c++", err);
+  if (out && !strstr(out, "#define __GNUC__")) {
+    *err = kf_xasprintf("%s did not predefine __GNUC__", tc->host_cc ? tc->host_cc : "gcc");
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
+char *kf_toolchain_hip_predefs(kf_toolchain *tc, const char *arch, const kf_strv *device_flags,
+                               char **err) {
+  kf_strv argv = {0};
+  kf_strv_push(&argv, tc->compiler);
+  kf_strv_push(&argv, "--cuda-device-only");
+  kf_strv_push_owned(&argv, kf_xasprintf("--offload-arch=%s", arch));
+  /* the target's macros, not those of the headers a HIP compile includes */
+  kf_strv_push(&argv, "-nogpuinc");
+  kf_strv_push(&argv, "-nogpulib");
+  for (size_t i = 0; i < device_flags->n; i++)
+    if (changes_predefs(device_flags->v[i]))
+      kf_strv_push(&argv, device_flags->v[i]);
+  return predefs_of(tc, &argv, "hip", err);
 }
 
 int kf_toolchain_covers(const kf_toolchain *tc, const char *abs_path) {

@@ -22,12 +22,21 @@ typedef struct {
   char *host_cc;         /* the host compiler the device pass runs (nvcc) */
   kf_strv predefs_cache; /* "flags-hash\n<#defines>" */
   char *readelf;         /* HIP: the llvm-readelf that reads code-object notes, or NULL */
+  int plain_clang;       /* HIP: a clang driver, not hipcc: builds with -nogpulib */
 } kf_toolchain;
 
 /* The toolchain for a backend, probed once per process (never NULL; check
  * ->error). Honours KFORGE_NVCC / KFORGE_HIPCC, else PATH, else the default
  * install (/usr/local/cuda/bin/nvcc, /usr/bin/hipcc). */
 kf_toolchain *kf_toolchain_get(int backend);
+
+/* The toolchain that builds arch: nvcc for an sm_* arch; for a gfx arch the
+ * first HIP compiler that can target it, of hipcc (KFORGE_HIPCC, PATH,
+ * /opt/rocm/bin) and, unless KFORGE_HIPCC is set, the newest clang-N (17 or
+ * later) on PATH. Never NULL: when none can, the first one. When why is not
+ * NULL, *why is NULL if it can build arch, else one line naming every
+ * compiler tried and its reason (owned by the module). */
+kf_toolchain *kf_toolchain_for_arch(const char *arch, const char **why);
 
 /* Returns NULL when the toolchain can build for arch, else a one-line reason
  * (owned by the toolchain) such as "hipcc (clang 15) cannot target gfx950". */
@@ -50,6 +59,14 @@ int kf_toolchain_device_flags(kf_toolchain *tc, const char *arch, const kf_strv 
  * (caller frees), or NULL for HIP (its clang is the parser's own kind) or
  * when the host compiler cannot tell (*err set, caller frees). Cached. */
 char *kf_toolchain_host_predefs(kf_toolchain *tc, const kf_strv *device_flags, char **err);
+
+/* The predefined macros of a HIP compiler's device pass for arch, with the
+ * standard and optimisation flags of device_flags, and no forced includes:
+ * for a parser that cannot target arch itself (libclang older than the
+ * compiler). Returns the text of a header of #defines (caller frees), or
+ * NULL with *err set (caller frees). Cached. */
+char *kf_toolchain_hip_predefs(kf_toolchain *tc, const char *arch, const kf_strv *device_flags,
+                               char **err);
 
 /* Directories whose headers the identity covers (toolchain and system). */
 int kf_toolchain_covers(const kf_toolchain *tc, const char *abs_path);

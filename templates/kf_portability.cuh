@@ -31,9 +31,122 @@
 #endif // defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 // clang-format on
 
+// ---- a HIP build without device libraries ----------------------------------
+// kforge compiles with a plain clang HIP driver (Debian's clang-19 for gfx942)
+// with -nogpulib and KF_NO_DEVICE_LIBS defined: no ROCm device library exists
+// for the target. The HIP headers still call a few of its functions
+// (threadIdx, blockIdx, blockDim, gridDim, __syncthreads, rsqrtf, __sincosf,
+// and double exp2/log2 in RoPE); they are defined here on clang builtins, with
+// the headers' own declarations. Nothing else may call the device library.
+#if KF_VENDOR_HIP && defined(KF_NO_DEVICE_LIBS) && defined(__HIP_DEVICE_COMPILE__)
+extern "C" {
+// The builtin of dimension dim (x, y or z), else `other`.
+#define KF_BY_DIM(dim, X, Y, Z, other)                                                             \
+  ((dim) == 0 ? X() : (dim) == 1 ? Y() : (dim) == 2 ? Z() : (other))
+__device__ size_t __ockl_get_local_id(uint dim) {
+  return KF_BY_DIM(dim, __builtin_amdgcn_workitem_id_x, __builtin_amdgcn_workitem_id_y,
+                   __builtin_amdgcn_workitem_id_z, 0);
+}
+__device__ size_t __ockl_get_group_id(uint dim) {
+  return KF_BY_DIM(dim, __builtin_amdgcn_workgroup_id_x, __builtin_amdgcn_workgroup_id_y,
+                   __builtin_amdgcn_workgroup_id_z, 0);
+}
+// HIP launches whole workgroups: the size is the launch's block size.
+__device__ size_t __ockl_get_local_size(uint dim) {
+  return KF_BY_DIM(dim, __builtin_amdgcn_workgroup_size_x, __builtin_amdgcn_workgroup_size_y,
+                   __builtin_amdgcn_workgroup_size_z, 1);
+}
+__device__ size_t __ockl_get_num_groups(uint dim) {
+  const size_t grid = KF_BY_DIM(dim, __builtin_amdgcn_grid_size_x, __builtin_amdgcn_grid_size_y,
+                                __builtin_amdgcn_grid_size_z, 1);
+  const size_t size = __ockl_get_local_size(dim);
+  return (grid + size - 1) / size;
+}
+#undef KF_BY_DIM
+// The memory-space flags are not needed: a fence orders every space.
+__device__ void __atomic_work_item_fence(__cl_mem_fence_flags, __memory_order order,
+                                         __memory_scope scope) {
+  // the builtin takes constants only
+#define KF_FENCE(SCOPE)                                                                            \
+  switch (order) {                                                                                 \
+  case __memory_order_acquire:                                                                     \
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, SCOPE);                                               \
+    break;                                                                                         \
+  case __memory_order_release:                                                                     \
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, SCOPE);                                               \
+    break;                                                                                         \
+  case __memory_order_acq_rel:                                                                     \
+    __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, SCOPE);                                               \
+    break;                                                                                         \
+  case __memory_order_seq_cst:                                                                     \
+    __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, SCOPE);                                               \
+    break;                                                                                         \
+  default:                                                                                         \
+    break;                                                                                         \
+  }
+  if (scope == __memory_scope_work_item)
+    return;
+  if (scope == __memory_scope_sub_group) {
+    KF_FENCE("wavefront")
+  } else if (scope == __memory_scope_work_group) {
+    KF_FENCE("workgroup")
+  } else if (scope == __memory_scope_device) {
+    KF_FENCE("agent")
+  } else {
+    KF_FENCE("")
+  }
+#undef KF_FENCE
+}
+__device__ float __ocml_rsqrt_f32(float x) { return __builtin_amdgcn_rsqf(x); }
+// The hardware's sin and cos take revolutions.
+__device__ float __ocml_native_sin_f32(float x) {
+  return __builtin_amdgcn_sinf(x * 0.15915494309189535f);
+}
+__device__ float __ocml_native_cos_f32(float x) {
+  return __builtin_amdgcn_cosf(x * 0.15915494309189535f);
+}
+// log2 of a positive finite double: x = m * 2^e with m in [sqrt(1/2),
+// sqrt(2)), ln m = 2 atanh(f) for f = (m - 1) / (m + 1), |f| < 0.172, whose
+// odd series is below double rounding by f^23 (the result within a few ulp).
+// Zero, negatives, infinities and NaN follow C.
+__device__ double __ocml_log2_f64(double x) {
+  if (!(x > 0.0) || __builtin_isinf(x))
+    return x == 0.0 ? -__builtin_inf() : x > 0.0 ? x : __builtin_nan("");
+  int e = __builtin_amdgcn_frexp_exp(x);
+  double m = __builtin_amdgcn_frexp_mant(x); // [0.5, 1)
+  if (m < 0.70710678118654752) {
+    m *= 2.0;
+    e -= 1;
+  }
+  const double f = (m - 1.0) / (m + 1.0), s = f * f;
+  double sum = 1.0 / 23.0;
+  for (int k = 21; k >= 1; k -= 2)
+    sum = __builtin_fma(sum, s, 1.0 / k);
+  return __builtin_fma(2.0 * f * sum, 1.4426950408889634, (double)e);
+}
+// 2^x: 2^n * e^(r ln 2) for n = rint(x), |r ln 2| <= 0.347, whose Taylor
+// series is below double rounding by the 17th term (within an ulp or two).
+__device__ double __ocml_exp2_f64(double x) {
+  if (__builtin_isnan(x))
+    return x;
+  if (x > 1024.0)
+    return __builtin_inf();
+  if (x < -1075.0)
+    return 0.0;
+  const double n = __builtin_rint(x), t = (x - n) * 0.69314718055994531;
+  double sum = 1.0;
+  for (int k = 17; k >= 1; k--)
+    sum = __builtin_fma(sum, t / k, 1.0);
+  return __builtin_amdgcn_ldexp(sum, (int)n);
+}
+} // extern "C"
+#endif // KF_VENDOR_HIP && defined(KF_NO_DEVICE_LIBS) && defined(__HIP_DEVICE_COMPILE__)
+
 // ---- the architecture code -------------------------------------------------
 #if KF_VENDOR_HIP
-#if defined(__gfx942__)
+#if defined(__gfx950__)
+#define KF_ARCH_CODE 0x10950
+#elif defined(__gfx942__)
 #define KF_ARCH_CODE 0x10942
 #elif defined(__gfx941__)
 #define KF_ARCH_CODE 0x10941

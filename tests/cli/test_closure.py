@@ -17,7 +17,9 @@ Toolchain files are the ones outside the test's work dir (CUDA, ROCm, libc).
 
 Run on the fixture (whose includes differ between host and device passes and
 between sm_90a and sm_100a) and on every shipped template, for sm_90a and
-sm_100a, and for gfx90a where hipcc is installed.
+sm_100a, for gfx90a where hipcc is installed, and for gfx942 through clang-19's
+HIP driver (KFORGE_HIPCC naming a clang: -nogpulib builds), a processor newer
+than kforge's libclang, which parses it as gfx940 with clang-19's macros.
 """
 import json
 import os
@@ -32,15 +34,17 @@ from kfhelp import (FIXTURE_MODEL, WRAPPER, Work, compile_log, explain_files, ma
 
 CUDA_ARCHES = ("sm_90a", "sm_100a")
 HIP_ARCH = "gfx90a"
+CLANG_ARCH = "gfx942"
 HIPCC = shutil.which("hipcc") or ("/usr/bin/hipcc" if os.path.exists("/usr/bin/hipcc") else None)
+CLANG19 = shutil.which("clang-19")
 SOURCE_RE = re.compile(r"(?:^|/)([^/]+)/([^/]+)/([a-z0-9_-]+)_w(\d+)\.(cu|hip)$")
 
 
-def make_hipcc_wrapper(root):
+def make_hipcc_wrapper(root, real, name):
     os.makedirs(os.path.join(root, "bin"), exist_ok=True)
-    w = os.path.join(root, "bin", "hipcc")
+    w = os.path.join(root, "bin", name)
     import sys
-    text = (WRAPPER.replace("@REAL@", os.path.realpath(HIPCC)).replace("@VSUFFIX@", "")
+    text = (WRAPPER.replace("@REAL@", real).replace("@VSUFFIX@", "")
             .replace("@PY@", sys.executable))
     with open(w, "w") as f:
         f.write(text)
@@ -97,14 +101,16 @@ def nvcc_bounds(rec):
     return src, parse_make_deps(dev.stdout), parse_make_deps(full.stdout)
 
 
-def hip_bounds(rec):
+def hip_bounds(rec, compiler):
     flags, src = strip_output(rec["argv"])
-    flags = [f for f in flags if f not in ("--genco", "-c") and not f.startswith("-Rpass")]
+    flags = [f for f in flags if f not in ("--genco", "-c", "--offload-device-only",
+                                           "--no-gpu-bundle-output")
+             and not f.startswith("-Rpass")]
     cwd = rec["cwd"]
-    dev = run([HIPCC] + flags + ["--cuda-device-only", "-M", src], cwd)
-    assert dev.returncode == 0, f"hipcc --cuda-device-only -M failed:\n{dev.stderr}"
-    host = run([HIPCC] + flags + ["--cuda-host-only", "-M", src], cwd)
-    assert host.returncode == 0, f"hipcc --cuda-host-only -M failed:\n{host.stderr}"
+    dev = run([compiler] + flags + ["--cuda-device-only", "-M", src], cwd)
+    assert dev.returncode == 0, f"{compiler} --cuda-device-only -M failed:\n{dev.stderr}"
+    host = run([compiler] + flags + ["--cuda-host-only", "-M", src], cwd)
+    assert host.returncode == 0, f"{compiler} --cuda-host-only -M failed:\n{host.stderr}"
     d = parse_make_deps(dev.stdout)
     return src, d, d + parse_make_deps(host.stdout)
 
@@ -127,8 +133,11 @@ class ClosureBounds:
             os.remove(log)
         if backend == "cuda":
             env = {"KFORGE_NVCC": make_nvcc_wrapper(w.path("cuda-wrap"))}
-        else:
-            env = {"KFORGE_HIPCC": make_hipcc_wrapper(w.path("hip-wrap"))}
+        elif backend == "hip":
+            env = {"KFORGE_HIPCC": make_hipcc_wrapper(w.path("hip-wrap"), os.path.realpath(HIPCC),
+                                                      "hipcc")}
+        else:  # "hip-clang": clang-19 as the HIP driver
+            env = {"KFORGE_HIPCC": make_hipcc_wrapper(w.path("clang-wrap"), CLANG19, "clang-19")}
         env.update({"KF_WRAP_LOG": log, "KF_WRAP_FAIL": "1"})
         r = w.kf("build", *extra_args, "--arch", ",".join(arch_list), model, env=env)
         recs = compile_log(log)
@@ -144,8 +153,11 @@ class ClosureBounds:
         mname = None
         checked = 0
         for rec in recs:
-            bounds = nvcc_bounds if backend == "cuda" else hip_bounds
-            src, dev, full = bounds(rec)
+            if backend == "cuda":
+                src, dev, full = nvcc_bounds(rec)
+            else:
+                src, dev, full = hip_bounds(rec, os.path.realpath(HIPCC) if backend == "hip"
+                                            else CLANG19)
             m = SOURCE_RE.search(src)
             self.assertIsNotNone(m, f"compiled source {src} is not <out>/<model>/<arch>/<kind>_w<W>")
             mname, arch, kind, width = m.group(1), m.group(2), m.group(3), m.group(4)
@@ -214,9 +226,21 @@ class FixtureClosure(ClosureBounds, unittest.TestCase):
         w = Work(self, "closure-hip")
         one_width(w, FIXTURE_MODEL)
         expect = {("scale", HIP_ARCH): ({"fx_scale.cuh", "fx_math.cuh", "fx_vendor_a_impl.h"},
-                                        {"fx_host_only.cuh", "fx_arch90.cuh", "fx_arch100.cuh"}),
+                                        {"fx_host_only.cuh", "fx_arch90.cuh", "fx_arch100.cuh",
+                                         "fx_gfx942.cuh"}),
                   ("copy", HIP_ARCH): ({"fx_vendor_b.h"}, {"fx_math.cuh"})}
         n = self.check(w, FIXTURE_MODEL, (HIP_ARCH,), backend="hip", expect=expect)
+        self.assertEqual(n, 3)
+
+    @unittest.skipUnless(CLANG19, "clang-19 is not installed (scripts/setup --test installs it)")
+    def test_hip_clang19_fixture_closure_within_compiler_bounds(self):
+        w = Work(self, "closure-clang")
+        one_width(w, FIXTURE_MODEL)
+        expect = {("scale", CLANG_ARCH): ({"fx_scale.cuh", "fx_math.cuh", "fx_vendor_a_impl.h",
+                                           "fx_gfx942.cuh"},
+                                          {"fx_host_only.cuh", "fx_arch90.cuh", "fx_arch100.cuh"}),
+                  ("copy", CLANG_ARCH): ({"fx_vendor_b.h"}, {"fx_math.cuh"})}
+        n = self.check(w, FIXTURE_MODEL, (CLANG_ARCH,), backend="hip-clang", expect=expect)
         self.assertEqual(n, 3)
 
 
@@ -286,6 +310,10 @@ class ShippedClosure(ClosureBounds, unittest.TestCase):
     @unittest.skipUnless(HIPCC, "hipcc is not installed (the CUDA closure tests still run)")
     def test_hip_shipped_templates_closure_within_compiler_bounds(self):
         self.assertEqual(self.kf_check((HIP_ARCH,), "hip"), self.n)
+
+    @unittest.skipUnless(CLANG19, "clang-19 is not installed (scripts/setup --test installs it)")
+    def test_hip_clang19_shipped_templates_closure_within_compiler_bounds(self):
+        self.assertEqual(self.kf_check((CLANG_ARCH,), "hip-clang"), self.n)
 
 
 if __name__ == "__main__":

@@ -184,6 +184,23 @@ KF_TEST(arch__predicates_read_the_parsed_capability) {
   KF_CHECK(!kf_arch_is_hip("sm_90a"));
 }
 
+/* A processor newer than the parser's LLVM is parsed as an older one of its
+ * generation; one it knows, and any sm_* arch, as itself. */
+KF_TEST(arch__newer_gfx_processors_are_parsed_as_an_older_one_by_an_older_llvm) {
+  KF_CHECK(kf_arch_first_llvm("gfx950") == 20);
+  KF_CHECK(kf_arch_first_llvm("gfx942:xnack-") == 17);
+  KF_CHECK(kf_arch_first_llvm("gfx90a") == 0);
+  KF_CHECK(kf_arch_first_llvm("sm_100a") == 0);
+  KF_CHECK_STR_EQ(kf_arch_parse_as("gfx950", 16), "gfx940");
+  KF_CHECK_STR_EQ(kf_arch_parse_as("gfx950", 19), "gfx940");
+  KF_CHECK_STR_EQ(kf_arch_parse_as("gfx950", 20), "gfx950");
+  KF_CHECK_STR_EQ(kf_arch_parse_as("gfx942:xnack-", 16), "gfx940");
+  KF_CHECK_STR_EQ(kf_arch_parse_as("gfx942:xnack-", 17), "gfx942:xnack-");
+  KF_CHECK_STR_EQ(kf_arch_parse_as("gfx1201", 16), "gfx1102");
+  KF_CHECK_STR_EQ(kf_arch_parse_as("gfx90a", 16), "gfx90a");
+  KF_CHECK_STR_EQ(kf_arch_parse_as("sm_100a", 16), "sm_100a");
+}
+
 /* nvcc builds each known sm_* name for its own variant: the virtual
  * architecture of the same letter, and the target macros that say so. */
 KF_TEST(arch__nvcc_builds_every_known_cuda_arch_as_its_variant) {

@@ -66,6 +66,27 @@ KF_TEST(toolchain__compile_args_for_cuda_and_hip) {
   KF_CHECK(has(&ha, "--genco"));
   KF_CHECK_STR_EQ(ha.v[ha.n - 2], "-I/a");
   KF_CHECK_STR_EQ(ha.v[ha.n - 1], "-I/b");
+  KF_CHECK(!has(&ha, "-nogpulib"));
+  /* a plain clang: the device object alone, without device libraries */
+  kf_toolchain p = {0};
+  p.backend = KF_BACKEND_HIP;
+  p.plain_clang = 1;
+  kf_strv pa = {0};
+  kf_toolchain_compile_args(&p, "gfx942", &dirs, &pa);
+  const char *want_p[] = {"-std=c++17",
+                          "-O3",
+                          "--offload-arch=gfx942",
+                          "--offload-device-only",
+                          "--no-gpu-bundle-output",
+                          "-nogpulib",
+                          "-DKF_NO_DEVICE_LIBS",
+                          "-Rpass-analysis=kernel-resource-usage",
+                          "-I/a",
+                          "-I/b"};
+  KF_CHECK(pa.n == 10);
+  for (size_t i = 0; i < 10 && i < pa.n; i++)
+    KF_CHECK_STR_EQ(pa.v[i], want_p[i]);
+  kf_strv_free(&pa);
   kf_strv_free(&dirs);
   kf_strv_free(&ca);
   kf_strv_free(&ha);
