@@ -1,0 +1,211 @@
+/* cmd_pull.c: `kforge pull`: materialises (model, arch) sets from the remote
+ * into a local cache, for a container image or a server's start. Every
+ * entry is verified (remote_entry.c) before it is published; a manifest is
+ * written, byte for byte as the builder published it, only when every
+ * kernel it names is in the local cache with the checksum it names. */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "commands.h"
+#include "manifest.h"
+#include "remote_entry.h"
+#include "report.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kforge pull [--cache DIR] [--remote URL]... [--trusted-keys LIST] [--arch LIST]\n"
+    "                   [--json] MODEL|MODEL.json...\n"
+    "Fetches the manifest of every (model, arch) from the remote and every entry it names,\n"
+    "verifies each (checksums, keys, and signatures when trusted keys are given) and\n"
+    "publishes it into the cache; then writes the manifest. A MODEL.json description\n"
+    "gives its name and arches; a bare model name needs --arch. Prints one line per\n"
+    "manifest: 'pulled <model>/<arch>: N kernels (F fetched, L already here)'. Exit 0 when\n"
+    "every manifest was pulled, 1 when one is missing or refused (its manifest is not\n"
+    "written), 2 on bad usage or an unwritable cache.\n";
+
+typedef struct {
+  long kernels, fetched, here, manifests, failed;
+} pull_counts;
+
+/* A model or arch name safe as a path component. */
+static int safe_name(const char *s) {
+  if (!*s || *s == '.')
+    return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '.' || *s == '_' || *s == '-'))
+      return 0;
+  return 1;
+}
+
+/* Whether the local entry of k is good and holds the object k names. */
+static int have_kernel(const kf_cache *c, const kf_manifest_kernel *k) {
+  kf_entry_meta m;
+  if (kf_cache_check_entry(c, k->key, &m, NULL) != KF_ENTRY_OK)
+    return 0;
+  int same = !strcmp(m.checksum, k->checksum) && m.size == k->size;
+  kf_entry_meta_free(&m);
+  return same;
+}
+
+/* Pulls one (model, arch). Returns 0 or 1 after reporting why not. */
+static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char *arch, int json,
+                    pull_counts *n) {
+  char *why = NULL;
+  kf_buf text = {0};
+  int st = kf_remote_manifest_get(t, model, arch, &text, &why);
+  if (st != KF_REMOTE_OK) {
+    if (st == KF_REMOTE_MISSING)
+      kf_error(NULL, NULL, "%s/%s: no manifest on the remote (build and publish it first)", model,
+               arch);
+    else
+      kf_error(NULL, NULL, "%s/%s: remote manifest refused: %s", model, arch, why);
+    free(why);
+    kf_buf_free(&text);
+    return 1;
+  }
+  kf_manifest man;
+  int rc = 0;
+  if (kf_manifest_parse(text.data, text.len, &man, &why) != 0 || !man.model || !man.arch ||
+      strcmp(man.model, model) || strcmp(man.arch, arch)) {
+    kf_error(NULL, NULL, "%s/%s: remote manifest refused: %s", model, arch,
+             why ? why : "it names another model or arch");
+    rc = 1;
+  }
+  long fetched = 0, here = 0;
+  for (size_t i = 0; rc == 0 && i < man.nkernels; i++) {
+    const kf_manifest_kernel *k = &man.kernels[i];
+    const char *id = k->id ? k->id : "?";
+    if (!k->key || !k->checksum || !k->has_size) {
+      kf_error(NULL, NULL, "%s/%s: remote manifest refused: kernel %s is incomplete", model, arch,
+               id);
+      rc = 1;
+      break;
+    }
+    if (have_kernel(c, k)) {
+      here++;
+      continue;
+    }
+    free(why);
+    why = NULL;
+    st = kf_remote_entry_fetch(t, c, k->key, &why);
+    if (st == KF_REMOTE_OK && have_kernel(c, k)) {
+      fetched++;
+      continue;
+    }
+    if (st == KF_REMOTE_MISSING)
+      kf_error(NULL, NULL, "%s: entry %s is not on the remote", id, k->key);
+    else if (st == KF_REMOTE_BAD)
+      kf_error(NULL, NULL, "%s: remote entry %s refused: %s", id, k->key, why);
+    else
+      kf_error(NULL, NULL, "%s: entry %s does not hold the object the manifest names", id, k->key);
+    rc = 1;
+  }
+  if (rc == 0) {
+    char *path = kf_cache_manifest_path(c, model, arch);
+    char *dir = kf_path_dirname(path);
+    if (kf_mkdir_p(dir) != 0 || kf_write_if_changed(path, text.data, text.len, NULL) != 0) {
+      kf_error(NULL, NULL, "cannot write manifest %s: %s", path, strerror(errno));
+      rc = 1;
+    }
+    free(dir);
+    free(path);
+  }
+  if (rc == 0 && !json)
+    printf("pulled %s/%s: %zu kernels (%ld fetched, %ld already here)\n", model, arch, man.nkernels,
+           fetched, here);
+  if (rc == 0) {
+    n->kernels += (long)man.nkernels;
+    n->manifests++;
+  } else {
+    n->failed++;
+  }
+  n->fetched += fetched;
+  n->here += here;
+  free(why);
+  kf_manifest_free(&man);
+  kf_buf_free(&text);
+  return rc;
+}
+
+/* The (model, arch) pairs of the inputs. Returns 0 or 2 after reporting. */
+static int targets(kf_cli *cli, kf_strv *models, kf_strv *arches) {
+  for (size_t i = 0; i < cli->inputs.n; i++) {
+    const char *in = cli->inputs.v[i];
+    size_t n = strlen(in);
+    if (n > 5 && !strcmp(in + n - 5, ".json")) {
+      kf_model *m = kf_model_load(in, &cli->mopt);
+      if (!m)
+        return 2;
+      for (size_t a = 0; a < m->arches.n; a++) {
+        kf_strv_push(models, m->name);
+        kf_strv_push(arches, m->arches.v[a]);
+      }
+      kf_model_free(m);
+      continue;
+    }
+    if (cli->mopt.arches.n == 0) {
+      kf_usage_error(usage, "model '%s' needs --arch (or give its description)", in);
+      return 2;
+    }
+    for (size_t a = 0; a < cli->mopt.arches.n; a++) {
+      kf_strv_push(models, in);
+      kf_strv_push(arches, cli->mopt.arches.v[a]);
+    }
+  }
+  for (size_t i = 0; i < models->n; i++)
+    if (!safe_name(models->v[i]) || !safe_name(arches->v[i])) {
+      kf_error(NULL, NULL, "'%s/%s' is not a model and arch name (letters, digits, '.', '_', '-')",
+               models->v[i], arches->v[i]);
+      return 2;
+    }
+  return 0;
+}
+
+int kf_cmd_pull(int argc, char **argv) {
+  kf_cli cli;
+  int rc = kf_cli_parse(&cli, argc, argv, usage, NULL, NULL);
+  if (rc)
+    return rc == 1 ? 0 : rc;
+  kf_strv models = {0}, arches = {0};
+  kf_tier t = {0};
+  kf_cache c;
+  char *err = NULL;
+  kf_cache_init(&c, cli.cache_dir);
+  int tr = 0;
+  if (cli.inputs.n == 0) {
+    kf_usage_error(usage, "no model given");
+    rc = 2;
+  } else if ((rc = targets(&cli, &models, &arches)) == 0) {
+    tr = kf_tier_open(&t, &cli.remotes, 1, NULL, cli.trusted_keys, &err);
+    if (tr <= 0) {
+      kf_error(NULL, NULL, "%s", err ? err : "no remote given (--remote URL or $KFORGE_REMOTE)");
+      rc = 2;
+    } else if (kf_cache_prepare(&c, &err) != 0) {
+      kf_error(NULL, NULL, "cache %s is not writable: %s", c.root, err);
+      rc = 2;
+    }
+  }
+  if (rc == 0) {
+    pull_counts n = {0};
+    for (size_t i = 0; i < models.n; i++)
+      rc |= pull_one(&t, &c, models.v[i], arches.v[i], cli.json, &n);
+    kf_stats_add_remote(&c, kf_remote_stats_of(t.remote));
+    if (cli.json)
+      printf("{\"manifests\": %ld, \"failed\": %ld, \"kernels\": %ld, \"fetched\": %ld, "
+             "\"here\": %ld, \"requests\": %ld, \"bytes_in\": %lld}\n",
+             n.manifests, n.failed, n.kernels, n.fetched, n.here,
+             kf_remote_stats_of(t.remote)->requests, kf_remote_stats_of(t.remote)->bytes_in);
+  }
+  free(err);
+  kf_tier_free(&t);
+  kf_cache_free(&c);
+  kf_strv_free(&models);
+  kf_strv_free(&arches);
+  kf_cli_free(&cli);
+  return rc;
+}
