@@ -48,6 +48,7 @@ int kf_session_remote_fetch(kf_session *s, kf_unit *u) {
   }
   if (st == KF_REMOTE_BAD) {
     s->refused++;
+    u->on_remote = -1; /* what is there is refused: no manifest of ours names it */
     kf_warning(NULL, NULL, "%s: remote entry %s refused: %s; building it here", u->in->id, u->key,
                why);
   } else {
@@ -62,7 +63,7 @@ int kf_session_remote_fetch(kf_session *s, kf_unit *u) {
  * it is there. */
 static int ensure_on_remote(kf_session *s, kf_unit *u) {
   if (u->on_remote)
-    return 1;
+    return u->on_remote > 0;
   if (u->state == KF_UNIT_CACHED || u->state == KF_UNIT_COMPILED) {
     u->on_remote = kf_remote_entry_upload(&s->tier, &s->cache, u->key) == KF_REMOTE_OK;
     return u->on_remote;
