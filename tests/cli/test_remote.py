@@ -12,7 +12,9 @@ import hashlib
 import json
 import os
 import random
+import resource
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -352,6 +354,33 @@ class Remote(unittest.TestCase):
         self.verify("p")
         nomanifest = self.pull("q", "--remote", redis.url, expect_rc=1)
         self.assertIn("no manifest on the remote", nomanifest.err)
+
+    def test_full_local_disk_leaves_nothing_half_written(self):
+        redis = Redis(self)
+        self.build("a", "--remote", redis.url)
+        self.pull("p", "--remote", redis.url)  # creates the layout
+        shutil.rmtree(self.v1("p", "objects"))
+        os.unlink(self.manifest_path("p"))
+        smallest = min(os.path.getsize(os.path.join(d, n))
+                       for d, _, ns in os.walk(self.v1("a", "objects")) for n in ns)
+
+        def full_disk():  # files may not grow past a limit: writes fail with EFBIG
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            limit = self.rng.randrange(1, smallest)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        argv = self.w.argv("pull", "--cache", "p", "--remote", redis.url, "--arch", ARCH, MODEL,
+                           common=False)
+        r = subprocess.run(argv, cwd=self.w.root, env=self.w.env, capture_output=True, text=True,
+                           preexec_fn=full_disk, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("cannot write into", r.stderr)
+        self.assertEqual(self.entry_dirs("p"), set())
+        self.assertFalse(os.path.exists(self.manifest_path("p")))
+        self.assertEqual(os.listdir(self.v1("p", "tmp")), [])
+        self.verify("p")
+        self.pull("p", "--remote", redis.url)  # room again
+        self.assertEqual(self.digest("p"), self.digest("a"))
 
     def test_bad_remote_configuration_is_refused_before_anything_is_written(self):
         for spec, why in (("ftp://127.0.0.1/x", "unknown scheme"),
