@@ -265,7 +265,9 @@ static void skip_group(kf_remote *r, kf_remote_group *g, const char *what, const
              name, why ? why : "failed");
 }
 
-int kf_remote_get(kf_remote *r, const char *name, kf_buf *out) {
+/* Asks each remote in turn for name: its blob into out, or (out NULL)
+ * whether it is there. */
+static int ask(kf_remote *r, const char *name, kf_buf *out) {
   for (size_t i = 0; i < r->ngroups; i++) {
     kf_remote_group *g = &r->groups[i];
     if (g->skipped)
@@ -274,17 +276,19 @@ int kf_remote_get(kf_remote *r, const char *name, kf_buf *out) {
     char *err = NULL;
     b->requests++;
     r->stats.requests++;
-    int st = b->get(b, name, out, &err);
+    int st = out ? b->get(b, name, out, &err) : b->exists(b, name, &err);
+    if (st == KF_REMOTE_FAILED)
+      skip_group(r, g, out ? "get" : "exists", name, err);
+    free(err);
     if (st == KF_REMOTE_OK) {
-      r->stats.bytes_in += (long long)out->len;
+      r->stats.bytes_in += out ? (long long)out->len : 0;
       return KF_REMOTE_OK;
     }
-    if (st == KF_REMOTE_FAILED)
-      skip_group(r, g, "get", name, err);
-    free(err);
   }
   return KF_REMOTE_MISSING;
 }
+
+int kf_remote_get(kf_remote *r, const char *name, kf_buf *out) { return ask(r, name, out); }
 
 int kf_remote_put(kf_remote *r, const char *name, const void *data, size_t len, int overwrite) {
   int stored = 0;
@@ -308,24 +312,7 @@ int kf_remote_put(kf_remote *r, const char *name, const void *data, size_t len, 
   return stored ? KF_REMOTE_OK : KF_REMOTE_FAILED;
 }
 
-int kf_remote_exists(kf_remote *r, const char *name) {
-  for (size_t i = 0; i < r->ngroups; i++) {
-    kf_remote_group *g = &r->groups[i];
-    if (g->skipped)
-      continue;
-    kf_remote_backend *b = shard_for(g, name);
-    char *err = NULL;
-    b->requests++;
-    r->stats.requests++;
-    int st = b->exists(b, name, &err);
-    if (st == KF_REMOTE_FAILED)
-      skip_group(r, g, "exists", name, err);
-    free(err);
-    if (st == KF_REMOTE_OK)
-      return KF_REMOTE_OK;
-  }
-  return KF_REMOTE_MISSING;
-}
+int kf_remote_exists(kf_remote *r, const char *name) { return ask(r, name, NULL); }
 
 int kf_remote_writable(const kf_remote *r) {
   for (size_t i = 0; i < r->ngroups; i++)

@@ -137,17 +137,22 @@ static int parse_record(const kf_buf *b, kf_remote_record *r, cJSON **json) {
   return 0;
 }
 
+/* Gets the record called name (freed here) into b. Returns KF_REMOTE_OK,
+ * or KF_REMOTE_MISSING with b empty. */
+static int get_record(kf_tier *t, char *name, kf_buf *b) {
+  int st = kf_remote_get(t->remote, name, b);
+  free(name);
+  if (st != KF_REMOTE_OK)
+    kf_buf_free(b);
+  return st;
+}
+
 int kf_remote_entry_record(kf_tier *t, const char *key, kf_remote_record *rec, char **why) {
   *why = NULL;
   memset(rec, 0, sizeof *rec);
-  char *name = entry_ac(key);
   kf_buf b = {0};
-  int st = kf_remote_get(t->remote, name, &b);
-  free(name);
-  if (st != KF_REMOTE_OK) {
-    kf_buf_free(&b);
+  if (get_record(t, entry_ac(key), &b) != KF_REMOTE_OK)
     return KF_REMOTE_MISSING;
-  }
   cJSON *o = NULL;
   if (parse_record(&b, rec, &o) != 0)
     *why = kf_xstrdup("its record is damaged");
@@ -369,14 +374,9 @@ int kf_remote_manifest_put(kf_tier *t, const char *model, const char *arch, cons
 int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_buf *out,
                            char **why) {
   *why = NULL;
-  char *name = manifest_ac(model, arch);
   kf_buf b = {0};
-  int st = kf_remote_get(t->remote, name, &b);
-  free(name);
-  if (st != KF_REMOTE_OK) {
-    kf_buf_free(&b);
+  if (get_record(t, manifest_ac(model, arch), &b) != KF_REMOTE_OK)
     return KF_REMOTE_MISSING;
-  }
   cJSON *o = cJSON_ParseWithLength(b.data, b.len);
   char sha[65];
   long long size = 0;
@@ -396,6 +396,6 @@ int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_b
   kf_buf_free(&b);
   if (*why)
     return KF_REMOTE_BAD;
-  st = get_content(t, "manifest", sha, size, out, why);
+  int st = get_content(t, "manifest", sha, size, out, why);
   return st == KF_REMOTE_OK ? st : KF_REMOTE_BAD;
 }

@@ -89,34 +89,33 @@ static int status_error(long status, const char *method, const char *name, char 
   return KF_REMOTE_FAILED;
 }
 
-static int http_get(kf_remote_backend *b, const char *name, kf_buf *out, char **err) {
-  http_backend *h = (http_backend *)b;
-  out->len = 0;
+/* GET name into out, or HEAD it when out is NULL. */
+static int fetch(http_backend *h, const char *name, kf_buf *out, char **err) {
+  const char *method = out ? "GET" : "HEAD";
   CURL *c = request(h, name);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
-  long st = perform(h, "GET", name, err);
+  if (out) {
+    out->len = 0;
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+  } else {
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  }
+  long st = perform(h, method, name, err);
   if (st < 0)
     return KF_REMOTE_FAILED;
   if (st == 404)
     return KF_REMOTE_MISSING;
   if (st != 200)
-    return status_error(st, "GET", name, err);
+    return status_error(st, method, name, err);
   return KF_REMOTE_OK;
 }
 
+static int http_get(kf_remote_backend *b, const char *name, kf_buf *out, char **err) {
+  return fetch((http_backend *)b, name, out, err);
+}
+
 static int http_exists(kf_remote_backend *b, const char *name, char **err) {
-  http_backend *h = (http_backend *)b;
-  CURL *c = request(h, name);
-  curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  long st = perform(h, "HEAD", name, err);
-  if (st < 0)
-    return KF_REMOTE_FAILED;
-  if (st == 404)
-    return KF_REMOTE_MISSING;
-  if (st != 200)
-    return status_error(st, "HEAD", name, err);
-  return KF_REMOTE_OK;
+  return fetch((http_backend *)b, name, NULL, err);
 }
 
 static int http_put(kf_remote_backend *b, const char *name, const void *data, size_t len,

@@ -13,6 +13,22 @@
 
 int kf_sign_init(void) { return sodium_init() < 0 ? -1 : 0; }
 
+static int start(char **err) {
+  if (kf_sign_init() == 0)
+    return 0;
+  *err = kf_xstrdup("libsodium cannot start");
+  return -1;
+}
+
+/* The option's value, else the environment variable's; NULL when neither
+ * is set. */
+static const char *configured(const char *given, const char *env) {
+  if (given && *given)
+    return given;
+  const char *v = getenv(env);
+  return v && *v ? v : NULL;
+}
+
 void kf_sha256_hex(const void *data, size_t len, char out[65]) {
   unsigned char h[crypto_hash_sha256_BYTES];
   crypto_hash_sha256(h, data, len);
@@ -47,10 +63,8 @@ static int write_new(const char *path, const char *text, mode_t mode) {
 
 int kf_sign_keygen(const char *path, char **err) {
   unsigned char pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES];
-  if (kf_sign_init() != 0) {
-    *err = kf_xstrdup("libsodium cannot start");
+  if (start(err) != 0)
     return -1;
-  }
   crypto_sign_keypair(pk, sk);
   char skhex[2 * sizeof sk + 2], pkhex[2 * sizeof pk + 2];
   sodium_bin2hex(skhex, sizeof skhex - 1, sk, sizeof sk);
@@ -75,14 +89,10 @@ int kf_sign_keygen(const char *path, char **err) {
 
 int kf_signer_load(const char *path, kf_signer *s, char **err) {
   memset(s, 0, sizeof *s);
-  if (!path || !*path)
-    path = getenv("KFORGE_SIGNING_KEY");
-  if (!path || !*path)
+  if (!(path = configured(path, "KFORGE_SIGNING_KEY")))
     return 0;
-  if (kf_sign_init() != 0) {
-    *err = kf_xstrdup("libsodium cannot start");
+  if (start(err) != 0)
     return -1;
-  }
   size_t len;
   char *text = kf_read_file(path, &len);
   if (!text) {
@@ -138,14 +148,10 @@ static int add_trusted(kf_trust *t, const char *item, char **err) {
 
 int kf_trust_load(const char *list, kf_trust *t, char **err) {
   memset(t, 0, sizeof *t);
-  if (!list || !*list)
-    list = getenv("KFORGE_TRUSTED_KEYS");
-  if (!list || !*list)
+  if (!(list = configured(list, "KFORGE_TRUSTED_KEYS")))
     return 0;
-  if (kf_sign_init() != 0) {
-    *err = kf_xstrdup("libsodium cannot start");
+  if (start(err) != 0)
     return -1;
-  }
   char *copy = kf_xstrdup(list), *save = NULL;
   int rc = 0;
   for (char *item = strtok_r(copy, ", \t\n", &save); item && rc == 0;
