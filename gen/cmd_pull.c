@@ -4,7 +4,7 @@
  * written, byte for byte as the builder published it, only when every
  * kernel it names is in the local cache with the checksum it names. */
 #define _GNU_SOURCE
-#include "cli.h"
+#include "cmd_remote.h"
 #include "commands.h"
 #include "manifest.h"
 #include "remote_entry.h"
@@ -30,17 +30,6 @@ static const char usage[] =
 typedef struct {
   long kernels, fetched, here, manifests, failed;
 } pull_counts;
-
-/* A model or arch name safe as a path component. */
-static int safe_name(const char *s) {
-  if (!*s || *s == '.')
-    return 0;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '.' || *s == '_' || *s == '-'))
-      return 0;
-  return 1;
-}
 
 /* Whether the local entry of k is good and holds the object k names. */
 static int have_kernel(const kf_cache *c, const kf_manifest_kernel *k) {
@@ -132,40 +121,6 @@ static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char
   return rc;
 }
 
-/* The (model, arch) pairs of the inputs. Returns 0 or 2 after reporting. */
-static int targets(kf_cli *cli, kf_strv *models, kf_strv *arches) {
-  for (size_t i = 0; i < cli->inputs.n; i++) {
-    const char *in = cli->inputs.v[i];
-    size_t n = strlen(in);
-    if (n > 5 && !strcmp(in + n - 5, ".json")) {
-      kf_model *m = kf_model_load(in, &cli->mopt);
-      if (!m)
-        return 2;
-      for (size_t a = 0; a < m->arches.n; a++) {
-        kf_strv_push(models, m->name);
-        kf_strv_push(arches, m->arches.v[a]);
-      }
-      kf_model_free(m);
-      continue;
-    }
-    if (cli->mopt.arches.n == 0) {
-      kf_usage_error(usage, "model '%s' needs --arch (or give its description)", in);
-      return 2;
-    }
-    for (size_t a = 0; a < cli->mopt.arches.n; a++) {
-      kf_strv_push(models, in);
-      kf_strv_push(arches, cli->mopt.arches.v[a]);
-    }
-  }
-  for (size_t i = 0; i < models->n; i++)
-    if (!safe_name(models->v[i]) || !safe_name(arches->v[i])) {
-      kf_error(NULL, NULL, "'%s/%s' is not a model and arch name (letters, digits, '.', '_', '-')",
-               models->v[i], arches->v[i]);
-      return 2;
-    }
-  return 0;
-}
-
 int kf_cmd_pull(int argc, char **argv) {
   kf_cli cli;
   int rc = kf_cli_parse(&cli, argc, argv, usage, NULL, NULL);
@@ -180,7 +135,7 @@ int kf_cmd_pull(int argc, char **argv) {
   if (cli.inputs.n == 0) {
     kf_usage_error(usage, "no model given");
     rc = 2;
-  } else if ((rc = targets(&cli, &models, &arches)) == 0) {
+  } else if ((rc = kf_remote_targets(&cli, usage, &models, &arches)) == 0) {
     tr = kf_tier_open(&t, &cli.remotes, 1, NULL, cli.trusted_keys, &err);
     if (tr <= 0) {
       kf_error(NULL, NULL, "%s", err ? err : "no remote given (--remote URL or $KFORGE_REMOTE)");

@@ -13,6 +13,7 @@ int kf_cmd_keys(int argc, char **argv);
 int kf_cmd_lint(int argc, char **argv);
 int kf_cmd_explain(int argc, char **argv);
 int kf_cmd_ls(int argc, char **argv);
+int kf_cmd_ls_remote(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);
 int kf_cmd_gc(int argc, char **argv);
 int kf_cmd_import_hf(int argc, char **argv);

@@ -382,6 +382,30 @@ class Remote(unittest.TestCase):
         self.pull("p", "--remote", redis.url)  # room again
         self.assertEqual(self.digest("p"), self.digest("a"))
 
+    def test_ls_remote_lists_manifest_and_entries(self):
+        nginx = Nginx(self)
+        url = f"{nginx.url}/kf"
+        r = self.kf("ls", "x", "--remote", url, "--arch", ARCH, MODEL)
+        self.assertEqual(r.rc, 1, r)
+        self.assertIn(f"manifest {MODEL}/{ARCH}: missing", r.out)
+        self.build("a", "--remote", url)
+        keys = self.keys("a")
+        r = self.kf("ls", "x", "--remote", url, "--json", "--arch", ARCH, MODEL)
+        self.assertEqual(r.rc, 0, r)
+        doc = json.loads(r.out)
+        self.assertEqual(doc[0]["manifest"], "6 kernels")
+        sizes = {k: os.path.getsize(os.path.join(nginx.root, "kf", "cas", self.object_sha("a", k)))
+                 for k in keys.values()}
+        self.assertEqual({e["id"]: (e["key"], e["bytes"], e["state"]) for e in doc[0]["kernels"]},
+                         {i: (k, sizes[k], "ok") for i, k in keys.items()})
+        gone = self.rng.choice(sorted(keys))
+        os.unlink(os.path.join(nginx.root, "kf", self.ac_of(f"kforge/v1/entry/{keys[gone]}")))
+        r = self.kf("ls", "x", "--remote", url, "--arch", ARCH, MODEL)
+        self.assertEqual(r.rc, 1, r)
+        self.assertIn(f"  {gone} {keys[gone]} -1 missing", r.out)
+        self.assertEqual(r.out.count(" ok\n"), 5, r)
+        self.assertFalse(os.path.exists(self.w.path("x")), "ls --remote wrote a cache")
+
     def test_bad_remote_configuration_is_refused_before_anything_is_written(self):
         for spec, why in (("ftp://127.0.0.1/x", "unknown scheme"),
                           ("http://127.0.0.1/*", "needs a shards= attribute"),
