@@ -28,7 +28,7 @@ static const char usage[] =
 static int list_one(kf_tier *t, const char *model, const char *arch, cJSON *arr, int json) {
   char *why = NULL;
   kf_buf text = {0};
-  int st = kf_remote_manifest_get(t, model, arch, &text, &why);
+  int st = kf_remote_manifest_get(t, model, arch, &text, NULL, &why);
   kf_manifest man = {0};
   char *perr = NULL;
   if (st == KF_REMOTE_OK && kf_manifest_parse(text.data, text.len, &man, &perr) != 0) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: kforge pull [--cache DIR] [--remote URL]... [--trusted-keys LIST] [--arch LIST]\n"
@@ -41,12 +42,31 @@ static int have_kernel(const kf_cache *c, const kf_manifest_kernel *k) {
   return same;
 }
 
+/* Writes a pulled manifest and, first, its record as path.sig when it is
+ * signed, for a runtime that requires signatures (runtime/rt_sign.c); an
+ * unsigned one removes a stale .sig. Returns 0 or -1 with errno set. */
+static int write_manifest(const char *path, const kf_buf *text, const kf_buf *record) {
+  char *dir = kf_path_dirname(path);
+  char *sig = kf_xasprintf("%s.sig", path);
+  int signed_ = record->data && strstr(record->data, "\"signature\"") != NULL;
+  int r = kf_mkdir_p(dir);
+  if (r == 0 && signed_)
+    r = kf_write_if_changed(sig, record->data, record->len, NULL);
+  else if (r == 0 && unlink(sig) != 0 && errno != ENOENT)
+    r = -1;
+  if (r == 0)
+    r = kf_write_if_changed(path, text->data, text->len, NULL);
+  free(sig);
+  free(dir);
+  return r;
+}
+
 /* Pulls one (model, arch). Returns 0 or 1 after reporting why not. */
 static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char *arch, int json,
                     pull_counts *n) {
   char *why = NULL;
-  kf_buf text = {0};
-  int st = kf_remote_manifest_get(t, model, arch, &text, &why);
+  kf_buf text = {0}, record = {0};
+  int st = kf_remote_manifest_get(t, model, arch, &text, &record, &why);
   if (st != KF_REMOTE_OK) {
     if (st == KF_REMOTE_MISSING)
       kf_error(NULL, NULL, "%s/%s: no manifest on the remote (build and publish it first)", model,
@@ -96,12 +116,10 @@ static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char
   }
   if (rc == 0) {
     char *path = kf_cache_manifest_path(c, model, arch);
-    char *dir = kf_path_dirname(path);
-    if (kf_mkdir_p(dir) != 0 || kf_write_if_changed(path, text.data, text.len, NULL) != 0) {
+    if (write_manifest(path, &text, &record) != 0) {
       kf_error(NULL, NULL, "cannot write manifest %s: %s", path, strerror(errno));
       rc = 1;
     }
-    free(dir);
     free(path);
   }
   if (rc == 0 && !json)
@@ -118,6 +136,7 @@ static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char
   free(why);
   kf_manifest_free(&man);
   kf_buf_free(&text);
+  kf_buf_free(&record);
   return rc;
 }
 

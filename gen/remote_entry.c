@@ -1,6 +1,7 @@
 /* remote_entry.c: entries and manifests on a remote (see remote_entry.h). */
 #define _GNU_SOURCE
 #include "remote_entry.h"
+#include "rt_internal.h"
 
 #include <cjson/cJSON.h>
 
@@ -65,10 +66,14 @@ static char *entry_message(const kf_remote_record *r) {
                       r->meta_sha256, r->meta_size);
 }
 
+/* The runtime owns this text: it checks the signature of a local manifest
+ * (runtime/rt_sign.c). */
 static char *manifest_message(const char *model, const char *arch, const char *sha,
                               long long size) {
-  return kf_xasprintf("kforge-manifest-v1\nmodel=%s\narch=%s\nsha256=%s\nsize=%lld\n", model, arch,
-                      sha, size);
+  char *msg = rt_manifest_signed_text(model, arch, sha, size);
+  if (!msg)
+    abort(); /* out of memory: the generator's policy (util.h) */
+  return msg;
 }
 
 /* Adds "signature" to a record when t signs. */
@@ -344,12 +349,11 @@ int kf_remote_entry_upload(kf_tier *t, const kf_cache *c, const char *key) {
   return st;
 }
 
-int kf_remote_manifest_put(kf_tier *t, const char *model, const char *arch, const char *text) {
+char *kf_manifest_record_text(const kf_tier *t, const char *model, const char *arch,
+                              const char *text) {
   char sha[65];
   size_t len = strlen(text);
-  int st = put_content(t, text, len, sha);
-  if (st != KF_REMOTE_OK)
-    return st;
+  kf_sha256_hex(text, len, sha);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "format", 1);
   cJSON_AddStringToObject(o, "type", "kforge-manifest");
@@ -362,6 +366,15 @@ int kf_remote_manifest_put(kf_tier *t, const char *model, const char *arch, cons
   free(msg);
   char *rec = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
+  return rec;
+}
+
+int kf_remote_manifest_put(kf_tier *t, const char *model, const char *arch, const char *text) {
+  char sha[65];
+  int st = put_content(t, text, strlen(text), sha);
+  if (st != KF_REMOTE_OK)
+    return st;
+  char *rec = kf_manifest_record_text(t, model, arch, text);
   char *name = manifest_ac(model, arch);
   st = kf_remote_put(t->remote, name, rec, strlen(rec), 1);
   free(name);
@@ -372,7 +385,7 @@ int kf_remote_manifest_put(kf_tier *t, const char *model, const char *arch, cons
 }
 
 int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_buf *out,
-                           char **why) {
+                           kf_buf *record, char **why) {
   *why = NULL;
   kf_buf b = {0};
   if (get_record(t, manifest_ac(model, arch), &b) != KF_REMOTE_OK)
@@ -393,7 +406,12 @@ int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_b
     free(msg);
   }
   cJSON_Delete(o);
-  kf_buf_free(&b);
+  if (record && !*why) {
+    kf_buf_free(record);
+    *record = b;
+  } else {
+    kf_buf_free(&b);
+  }
   if (*why)
     return KF_REMOTE_BAD;
   int st = get_content(t, "manifest", sha, size, out, why);

@@ -60,12 +60,17 @@ int kf_remote_entry_fetch(kf_tier *t, const kf_cache *c, const char *key, char *
  * there already is left). Returns KF_REMOTE_OK or KF_REMOTE_FAILED. */
 int kf_remote_entry_upload(kf_tier *t, const kf_cache *c, const char *key);
 
+/* A manifest's record for its text (signed when t signs): what goes to the
+ * remote, and beside a local manifest as <arch>.json.sig (caller frees). */
+char *kf_manifest_record_text(const kf_tier *t, const char *model, const char *arch,
+                              const char *text);
 /* Stores a manifest's text (content, then its record). Returns KF_REMOTE_OK
  * or KF_REMOTE_FAILED. */
 int kf_remote_manifest_put(kf_tier *t, const char *model, const char *arch, const char *text);
-/* Reads and checks a manifest's text into *out. Returns KF_REMOTE_OK,
- * KF_REMOTE_MISSING or KF_REMOTE_BAD with *why. */
+/* Reads and checks a manifest's text into *out, and its record into
+ * *record (may be NULL). Returns KF_REMOTE_OK, KF_REMOTE_MISSING or
+ * KF_REMOTE_BAD with *why. */
 int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_buf *out,
-                           char **why);
+                           kf_buf *record, char **why);
 
 #endif /* KF_REMOTE_ENTRY_H */

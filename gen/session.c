@@ -170,6 +170,21 @@ int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *a
   return all_ok;
 }
 
+/* Writes path.sig, the signed record of a manifest this build wrote, for a
+ * runtime that requires signatures (runtime/rt_sign.c). Returns 0 or -1
+ * with errno set. */
+static int sign_manifest(const kf_session *s, const char *path, const char *model, const char *arch,
+                         const kf_manifest *man) {
+  char *text = kf_manifest_text(man);
+  char *rec = kf_manifest_record_text(&s->tier, model, arch, text);
+  char *sig = kf_xasprintf("%s.sig", path);
+  int r = kf_write_if_changed(sig, rec, strlen(rec), NULL);
+  free(sig);
+  free(rec);
+  free(text);
+  return r;
+}
+
 /* Writes every complete manifest. Returns 0, or 2 when one cannot be
  * written. */
 static int write_manifests(kf_session *s) {
@@ -181,7 +196,8 @@ static int write_manifests(kf_session *s) {
       kf_manifest man;
       if (kf_session_manifest_of(s, m, arch, 1, &man)) {
         char *path = kf_cache_manifest_path(&s->cache, m->name, arch);
-        if (kf_manifest_write(path, &man) != 0) {
+        if (kf_manifest_write(path, &man) != 0 ||
+            (s->tier.signing && sign_manifest(s, path, m->name, arch, &man) != 0)) {
           kf_error(NULL, NULL, "cannot write manifest %s: %s", path, strerror(errno));
           rc = 2;
         }
