@@ -446,6 +446,15 @@ class Remote(unittest.TestCase):
         self.build("u", "--remote", unsigned)
         self.pull("p1", "--remote", signed, "--trusted-keys", k1pub)
         self.verify("p1")
+        # the pulled manifest keeps its signed record, which verify checks as
+        # the runtime does (runtime/rt_sign.c); so does a signing build's own
+        self.assertTrue(os.path.exists(self.manifest_path("p1") + ".sig"))
+        for cache, key, ok in (("p1", k1pub, True), ("a", k1pub, True), ("p1", k2pub, False),
+                               ("u", k1pub, False)):
+            r = self.kf("verify", cache, env={"KFORGE_TRUSTED_KEYS": key})
+            self.assertEqual(r.rc, 0 if ok else 1, f"{cache} {key}\n{r}")
+            if not ok:
+                self.assertIn("damaged: manifest", r.out)
         with open(k1pub) as f:  # a key given as hex, with another beside it
             self.pull("p1b", "--remote", signed, "--trusted-keys", f"{k2pub},{f.read().strip()}")
         r = self.pull("p2", "--remote", signed, "--trusted-keys", k2pub, expect_rc=1)
