@@ -126,6 +126,8 @@ static int take_size(const cJSON *o, const char *name, long long *out) {
 }
 
 static int parse_record(const kf_buf *b, kf_remote_record *r, cJSON **json) {
+  if (!b->data)
+    return -1;
   cJSON *o = cJSON_ParseWithLength(b->data, b->len);
   *json = o;
   if (!cJSON_IsObject(o))
@@ -152,23 +154,32 @@ static int get_record(kf_tier *t, char *name, kf_buf *b) {
   return st;
 }
 
-int kf_remote_entry_record(kf_tier *t, const char *key, kf_remote_record *rec, char **why) {
-  *why = NULL;
+char *kf_remote_record_check(const kf_tier *t, const char *key, const char *text, size_t len,
+                             kf_remote_record *rec) {
   memset(rec, 0, sizeof *rec);
-  kf_buf b = {0};
-  if (get_record(t, entry_ac(key), &b) != KF_REMOTE_OK)
-    return KF_REMOTE_MISSING;
+  kf_buf b = {(char *)text, len, len};
   cJSON *o = NULL;
+  char *why = NULL;
   if (parse_record(&b, rec, &o) != 0)
-    *why = kf_xstrdup("its record is damaged");
+    why = kf_xstrdup("its record is damaged");
   else if (strcmp(rec->key, key) != 0)
-    *why = kf_xasprintf("its record names key %s", rec->key);
+    why = kf_xasprintf("its record names key %s", rec->key);
   else {
     char *msg = entry_message(rec);
-    *why = check_signature(t, o, msg);
+    why = check_signature(t, o, msg);
     free(msg);
   }
   cJSON_Delete(o);
+  return why;
+}
+
+int kf_remote_entry_record(kf_tier *t, const char *key, kf_remote_record *rec, char **why) {
+  memset(rec, 0, sizeof *rec);
+  kf_buf b = {0};
+  *why = NULL;
+  if (get_record(t, entry_ac(key), &b) != KF_REMOTE_OK)
+    return KF_REMOTE_MISSING;
+  *why = kf_remote_record_check(t, key, b.data, b.len, rec);
   kf_buf_free(&b);
   return *why ? KF_REMOTE_BAD : KF_REMOTE_OK;
 }
@@ -384,28 +395,35 @@ int kf_remote_manifest_put(kf_tier *t, const char *model, const char *arch, cons
   return st;
 }
 
-int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_buf *out,
-                           kf_buf *record, char **why) {
-  *why = NULL;
-  kf_buf b = {0};
-  if (get_record(t, manifest_ac(model, arch), &b) != KF_REMOTE_OK)
-    return KF_REMOTE_MISSING;
-  cJSON *o = cJSON_ParseWithLength(b.data, b.len);
-  char sha[65];
-  long long size = 0;
+char *kf_remote_manifest_record_check(const kf_tier *t, const char *model, const char *arch,
+                                      const char *text, size_t len, char sha[65], long long *size) {
+  cJSON *o = cJSON_ParseWithLength(text, len);
   const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arch");
-  if (!cJSON_IsObject(o) || take_field(o, "sha256", sha, sizeof sha, 64) ||
-      take_size(o, "size", &size) || !cJSON_IsString(m) || !cJSON_IsString(a))
-    *why = kf_xstrdup("its record is damaged");
+  char *why = NULL;
+  if (!cJSON_IsObject(o) || take_field(o, "sha256", sha, 65, 64) || take_size(o, "size", size) ||
+      !cJSON_IsString(m) || !cJSON_IsString(a))
+    why = kf_xstrdup("its record is damaged");
   else if (strcmp(m->valuestring, model) || strcmp(a->valuestring, arch))
-    *why = kf_xasprintf("its record names %s/%s", m->valuestring, a->valuestring);
+    why = kf_xasprintf("its record names %s/%s", m->valuestring, a->valuestring);
   else {
-    char *msg = manifest_message(model, arch, sha, size);
-    *why = check_signature(t, o, msg);
+    char *msg = manifest_message(model, arch, sha, *size);
+    why = check_signature(t, o, msg);
     free(msg);
   }
   cJSON_Delete(o);
+  return why;
+}
+
+int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_buf *out,
+                           kf_buf *record, char **why) {
+  kf_buf b = {0};
+  char sha[65] = "";
+  long long size = 0;
+  *why = NULL;
+  if (get_record(t, manifest_ac(model, arch), &b) != KF_REMOTE_OK)
+    return KF_REMOTE_MISSING;
+  *why = kf_remote_manifest_record_check(t, model, arch, b.data, b.len, sha, &size);
   if (record && !*why) {
     kf_buf_free(record);
     *record = b;

@@ -49,6 +49,15 @@ typedef struct {
   long long meta_size;
 } kf_remote_record;
 
+/* Checks len bytes of text as key's record (signature included), filling
+ * *rec. Returns NULL, or why it is refused (caller frees). */
+char *kf_remote_record_check(const kf_tier *t, const char *key, const char *text, size_t len,
+                             kf_remote_record *rec);
+/* Checks len bytes of text as the record of (model, arch)'s manifest,
+ * giving the SHA-256 and size it names. Returns NULL, or why it is refused
+ * (caller frees). */
+char *kf_remote_manifest_record_check(const kf_tier *t, const char *model, const char *arch,
+                                      const char *text, size_t len, char sha[65], long long *size);
 /* Reads and checks key's record (signature included). Returns KF_REMOTE_OK,
  * KF_REMOTE_MISSING, or KF_REMOTE_BAD with *why (caller frees). */
 int kf_remote_entry_record(kf_tier *t, const char *key, kf_remote_record *rec, char **why);
