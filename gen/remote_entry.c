@@ -6,9 +6,11 @@
 #include <cjson/cJSON.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int kf_tier_open(kf_tier *t, const kf_strv *urls, int read_only, const char *signing_key,
                  const char *trusted_keys, char **err) {
@@ -225,6 +227,29 @@ static char *check_meta(const kf_buf *meta, const kf_remote_record *r) {
   return why;
 }
 
+/* Writes b as a new file in a private tmp directory. No fsync here:
+ * kf_cache_publish syncs every file before the rename that publishes them
+ * (one sync per file, not two). Returns 0 or -1 with errno set. */
+static int write_private(const char *path, const kf_buf *b) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -1;
+  size_t done = 0;
+  while (done < b->len) {
+    ssize_t n = write(fd, b->data + done, b->len - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : EIO;
+      close(fd);
+      errno = e;
+      return -1;
+    }
+    done += (size_t)n;
+  }
+  return close(fd);
+}
+
 /* Writes the verified files into a private tmp directory of c and publishes
  * it under key's lock. Returns 0, or -1 with *why. */
 static int publish(const kf_cache *c, const char *key, const kf_remote_record *r,
@@ -238,8 +263,7 @@ static int publish(const kf_cache *c, const char *key, const kf_remote_record *r
   char *mp = kf_path_join(tmp, "meta.json");
   char *op = kf_path_join(tmp, r->object);
   int rc = 0;
-  if (fd < 0 || kf_write_file_atomic(op, object->data, object->len) != 0 ||
-      kf_write_file_atomic(mp, meta->data, meta->len) != 0) {
+  if (fd < 0 || write_private(op, object) != 0 || write_private(mp, meta) != 0) {
     *why = kf_xasprintf("cannot write into %s: %s", tmp, strerror(errno));
     rc = -1;
   } else if (kf_cache_check_entry(c, key, NULL, NULL) != KF_ENTRY_OK &&
