@@ -61,6 +61,56 @@ static int write_manifest(const char *path, const kf_buf *text, const kf_buf *re
   return r;
 }
 
+/* Entries staged and not yet published: at most BATCH at once, since each
+ * holds its key's lock (an open file). */
+#define BATCH 256
+typedef struct {
+  kf_staged *v;
+  size_t n;
+} batch;
+
+/* Publishes the batch with two file-system syncs in all (kf_cache_sync):
+ * the staged files before their renames, the renames after. Returns 0, or 1
+ * after reporting (the batch is released either way). */
+static int flush(const kf_cache *c, batch *b) {
+  int rc = 0;
+  char *why = NULL;
+  if (b->n && kf_cache_sync(c) != 0) {
+    kf_error(NULL, NULL, "cannot sync %s: %s", c->v1, strerror(errno));
+    rc = 1;
+  }
+  for (size_t i = 0; i < b->n; i++) {
+    if (rc) {
+      kf_staged_drop(&b->v[i]);
+    } else if (kf_staged_publish(c, &b->v[i], 1, &why) != 0) {
+      kf_error(NULL, NULL, "%s", why);
+      free(why);
+      why = NULL;
+      rc = 1;
+    }
+  }
+  if (b->n && rc == 0 && kf_cache_sync(c) != 0) {
+    kf_error(NULL, NULL, "cannot sync %s: %s", c->v1, strerror(errno));
+    rc = 1;
+  }
+  b->n = 0;
+  return rc;
+}
+
+static const kf_manifest *sort_manifest;
+static int cmp_key(const void *a, const void *b) {
+  const char *ka = sort_manifest->kernels[*(const size_t *)a].key;
+  const char *kb = sort_manifest->kernels[*(const size_t *)b].key;
+  return strcmp(ka ? ka : "", kb ? kb : "");
+}
+
+/* Sorts kernel indices by key: every puller takes the keys' locks in one
+ * order, so two of them never wait on each other. */
+static void by_key(const kf_manifest *m, size_t *order) {
+  sort_manifest = m;
+  qsort(order, m->nkernels, sizeof *order, cmp_key);
+}
+
 /* Pulls one (model, arch). Returns 0 or 1 after reporting why not. */
 static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char *arch, int json,
                     pull_counts *n) {
@@ -86,8 +136,14 @@ static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char
     rc = 1;
   }
   long fetched = 0, here = 0;
-  for (size_t i = 0; rc == 0 && i < man.nkernels; i++) {
-    const kf_manifest_kernel *k = &man.kernels[i];
+  size_t *order = kf_xcalloc(man.nkernels + 1, sizeof *order);
+  for (size_t i = 0; i < man.nkernels; i++)
+    order[i] = i;
+  if (rc == 0)
+    by_key(&man, order);
+  batch b = {kf_xcalloc(BATCH, sizeof *b.v), 0};
+  for (size_t n = 0; rc == 0 && n < man.nkernels; n++) {
+    const kf_manifest_kernel *k = &man.kernels[order[n]];
     const char *id = k->id ? k->id : "?";
     if (!k->key || !k->checksum || !k->has_size) {
       kf_error(NULL, NULL, "%s/%s: remote manifest refused: kernel %s is incomplete", model, arch,
@@ -101,19 +157,29 @@ static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char
     }
     free(why);
     why = NULL;
-    st = kf_remote_entry_fetch(t, c, k->key, &why);
-    if (st == KF_REMOTE_OK && have_kernel(c, k)) {
+    st = kf_remote_entry_stage(t, c, k->key, &b.v[b.n], &why);
+    if (st == KF_REMOTE_OK) {
+      b.n++;
       fetched++;
+      if (b.n == BATCH)
+        rc = flush(c, &b);
       continue;
     }
     if (st == KF_REMOTE_MISSING)
       kf_error(NULL, NULL, "%s: entry %s is not on the remote", id, k->key);
-    else if (st == KF_REMOTE_BAD)
-      kf_error(NULL, NULL, "%s: remote entry %s refused: %s", id, k->key, why);
     else
-      kf_error(NULL, NULL, "%s: entry %s does not hold the object the manifest names", id, k->key);
+      kf_error(NULL, NULL, "%s: remote entry %s refused: %s", id, k->key, why);
     rc = 1;
   }
+  rc |= flush(c, &b); /* what passed stays, even when another failed */
+  free(b.v);
+  for (size_t i = 0; rc == 0 && i < man.nkernels; i++)
+    if (!have_kernel(c, &man.kernels[i])) {
+      kf_error(NULL, NULL, "%s: entry %s does not hold the object the manifest names",
+               man.kernels[i].id ? man.kernels[i].id : "?", man.kernels[i].key);
+      rc = 1;
+    }
+  free(order);
   if (rc == 0) {
     char *path = kf_cache_manifest_path(c, model, arch);
     if (write_manifest(path, &text, &record) != 0) {

@@ -250,36 +250,56 @@ static int write_private(const char *path, const kf_buf *b) {
   return close(fd);
 }
 
-/* Writes the verified files into a private tmp directory of c and publishes
- * it under key's lock. Returns 0, or -1 with *why. */
-static int publish(const kf_cache *c, const char *key, const kf_remote_record *r,
-                   const kf_buf *meta, const kf_buf *object, char **why) {
-  char *tmp = kf_cache_tmpdir(c, key);
-  if (!tmp) {
+/* Writes the verified files into a private tmp directory of c, under key's
+ * lock (so that no kf_cache_prepare takes the directory for a dead
+ * builder's). Returns 0 with s filled, or -1 with *why (nothing left). */
+static int stage_files(const kf_cache *c, const char *key, const kf_remote_record *r,
+                       const kf_buf *meta, const kf_buf *object, kf_staged *s, char **why) {
+  memset(s, 0, sizeof *s);
+  snprintf(s->key, sizeof s->key, "%s", key);
+  s->lock = kf_cache_lock(c, key);
+  s->dir = s->lock < 0 ? NULL : kf_cache_tmpdir(c, key);
+  if (!s->dir) {
     *why = kf_xasprintf("cannot create a directory in %s/tmp: %s", c->v1, strerror(errno));
+    kf_cache_unlock(s->lock);
     return -1;
   }
-  int fd = kf_cache_lock(c, key);
-  char *mp = kf_path_join(tmp, "meta.json");
-  char *op = kf_path_join(tmp, r->object);
+  char *mp = kf_path_join(s->dir, "meta.json");
+  char *op = kf_path_join(s->dir, r->object);
   int rc = 0;
-  if (fd < 0 || write_private(op, object) != 0 || write_private(mp, meta) != 0) {
-    *why = kf_xasprintf("cannot write into %s: %s", tmp, strerror(errno));
-    rc = -1;
-  } else if (kf_cache_check_entry(c, key, NULL, NULL) != KF_ENTRY_OK &&
-             kf_cache_publish(c, key, tmp) != 0) {
-    *why = kf_xasprintf("cannot publish into %s: %s", c->v1, strerror(errno));
+  if (write_private(op, object) != 0 || write_private(mp, meta) != 0) {
+    *why = kf_xasprintf("cannot write into %s: %s", s->dir, strerror(errno));
+    kf_staged_drop(s);
     rc = -1;
   }
-  kf_cache_unlock(fd);
-  kf_remove_tree(tmp); /* gone after a publication; a leftover otherwise */
   free(mp);
   free(op);
-  free(tmp);
   return rc;
 }
 
-int kf_remote_entry_fetch(kf_tier *t, const kf_cache *c, const char *key, char **why) {
+void kf_staged_drop(kf_staged *s) {
+  if (s->dir)
+    kf_remove_tree(s->dir); /* gone after a publication; a leftover otherwise */
+  free(s->dir);
+  kf_cache_unlock(s->lock);
+  memset(s, 0, sizeof *s);
+  s->lock = -1;
+}
+
+int kf_staged_publish(const kf_cache *c, kf_staged *s, int synced, char **why) {
+  int rc = 0;
+  if (kf_cache_check_entry(c, s->key, NULL, NULL) != KF_ENTRY_OK &&
+      (synced ? kf_cache_publish_synced(c, s->key, s->dir) : kf_cache_publish(c, s->key, s->dir)) !=
+          0) {
+    *why = kf_xasprintf("cannot publish into %s: %s", c->v1, strerror(errno));
+    rc = -1;
+  }
+  kf_staged_drop(s);
+  return rc;
+}
+
+int kf_remote_entry_stage(kf_tier *t, const kf_cache *c, const char *key, kf_staged *staged,
+                          char **why) {
   kf_remote_record r;
   int st = kf_remote_entry_record(t, key, &r, why);
   if (st != KF_REMOTE_OK)
@@ -301,7 +321,7 @@ int kf_remote_entry_fetch(kf_tier *t, const kf_cache *c, const char *key, char *
   }
   if (st == KF_REMOTE_MISSING)
     st = KF_REMOTE_BAD; /* a record whose content is gone */
-  if (st == KF_REMOTE_OK && publish(c, key, &r, &meta, &object, why) != 0)
+  if (st == KF_REMOTE_OK && stage_files(c, key, &r, &meta, &object, staged, why) != 0)
     st = KF_REMOTE_BAD;
   if (st == KF_REMOTE_OK)
     kf_remote_stats_of(t->remote)->hits++;
@@ -309,6 +329,14 @@ int kf_remote_entry_fetch(kf_tier *t, const kf_cache *c, const char *key, char *
     kf_remote_stats_of(t->remote)->bad++;
   kf_buf_free(&meta);
   kf_buf_free(&object);
+  return st;
+}
+
+int kf_remote_entry_fetch(kf_tier *t, const kf_cache *c, const char *key, char **why) {
+  kf_staged s;
+  int st = kf_remote_entry_stage(t, c, key, &s, why);
+  if (st == KF_REMOTE_OK && kf_staged_publish(c, &s, 0, why) != 0)
+    st = KF_REMOTE_BAD;
   return st;
 }
 

@@ -61,6 +61,25 @@ char *kf_remote_manifest_record_check(const kf_tier *t, const char *model, const
 /* Reads and checks key's record (signature included). Returns KF_REMOTE_OK,
  * KF_REMOTE_MISSING, or KF_REMOTE_BAD with *why (caller frees). */
 int kf_remote_entry_record(kf_tier *t, const char *key, kf_remote_record *rec, char **why);
+/* A verified entry written into a private tmp directory of the cache, its
+ * key's lock held, not yet published. */
+typedef struct {
+  char key[33];
+  char *dir;
+  int lock;
+} kf_staged;
+
+/* Fetches key's entry and verifies it into *staged (publish or drop it).
+ * Returns KF_REMOTE_OK, KF_REMOTE_MISSING, or KF_REMOTE_BAD with *why
+ * (nothing staged then). */
+int kf_remote_entry_stage(kf_tier *t, const kf_cache *c, const char *key, kf_staged *staged,
+                          char **why);
+/* Publishes a staged entry (unless a good one appeared meanwhile) and
+ * releases it; synced: the caller made its files durable with
+ * kf_cache_sync (kf_cache_publish_synced). Returns 0, or -1 with *why. */
+int kf_staged_publish(const kf_cache *c, kf_staged *s, int synced, char **why);
+/* Removes a staged entry and releases its lock. */
+void kf_staged_drop(kf_staged *s);
 /* Fetches key's entry, verifies it and publishes it into c (prepared).
  * Returns KF_REMOTE_OK (the entry is in c), KF_REMOTE_MISSING, or
  * KF_REMOTE_BAD with *why (nothing was written to c). */
