@@ -211,6 +211,22 @@ def code_object_seeds():
     return {"bundle": head + body, "elf": b"\x7fELF\x02\x01\x01", "notes": notes}
 
 
+def remote_record_seeds():
+    key, sha = "0123456789abcdef0123456789abcdef", "ab" * 32
+    entry = {"format": 1, "type": "kforge-entry", "key": key, "object": "object.cubin",
+             "object_sha256": sha, "object_size": 4096, "checksum": "cd" * 16,
+             "meta_sha256": sha, "meta_size": 900}
+    signed = dict(entry, signature={"public_key": "37" * 32, "ed25519": "ef" * 64})
+    manifest = {"format": 1, "type": "kforge-manifest", "model": "m", "arch": "sm_90a",
+                "sha256": "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+                "size": 2}
+    return {"entry": json.dumps(entry), "entry-signed": json.dumps(signed),
+            "entry-other-key": json.dumps(dict(entry, key="f" * 32)),
+            "manifest": json.dumps(manifest),
+            "manifest-signed": json.dumps(dict(manifest, signature=signed["signature"])),
+            "empty": "", "not-json": "{\"key\": "}
+
+
 if __name__ == "__main__":
     write_all("description", description_seeds())
     write_all("expr", expr_seeds())
@@ -220,3 +236,4 @@ if __name__ == "__main__":
     write_all("meta", meta_seeds())
     write_all("deps", deps_seeds())
     write_all("code-object", code_object_seeds())
+    write_all("remote-record", remote_record_seeds())

@@ -428,7 +428,7 @@ static void fsync_files(const char *dir) {
   closedir(d);
 }
 
-int kf_cache_publish(const kf_cache *c, const char *key, const char *tmpdir) {
+static int publish(const kf_cache *c, const char *key, const char *tmpdir, int sync) {
   char *dir = kf_cache_entry_dir(c, key);
   char *parent = kf_path_dirname(dir);
   if (kf_mkdir_p(parent) != 0) {
@@ -438,13 +438,34 @@ int kf_cache_publish(const kf_cache *c, const char *key, const char *tmpdir) {
   }
   if (kf_path_exists(dir))
     move_to_trash(c, key, dir);
-  fsync_files(tmpdir);
-  kf_fsync_dir(tmpdir);
+  if (sync) {
+    fsync_files(tmpdir);
+    kf_fsync_dir(tmpdir);
+  }
   int r = rename(tmpdir, dir);
-  if (r == 0)
+  if (r == 0 && sync)
     kf_fsync_dir(parent);
   free(dir);
   free(parent);
+  return r;
+}
+
+int kf_cache_publish(const kf_cache *c, const char *key, const char *tmpdir) {
+  return publish(c, key, tmpdir, 1);
+}
+
+int kf_cache_publish_synced(const kf_cache *c, const char *key, const char *tmpdir) {
+  return publish(c, key, tmpdir, 0);
+}
+
+int kf_cache_sync(const kf_cache *c) {
+  int fd = open(c->v1, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  int r = syncfs(fd);
+  int e = errno;
+  close(fd);
+  errno = e;
   return r;
 }
 

@@ -67,6 +67,23 @@ static int apply(kf_cli *cli, const char *opt, const char *val,
       return 2;
     }
     cli->jobs = (int)j;
+  } else if (!strcmp(opt, "--remote"))
+    kf_strv_push(&cli->remotes, val);
+  else if (!strcmp(opt, "--remote-read-only"))
+    cli->remote_read_only = 1;
+  else if (!strcmp(opt, "--signing-key"))
+    cli->signing_key = val;
+  else if (!strcmp(opt, "--trusted-keys"))
+    cli->trusted_keys = val;
+  else if (!strcmp(opt, "--shard")) {
+    int i = 0, n = 0, used = 0;
+    if (sscanf(val, "%d/%d%n", &i, &n, &used) != 2 || val[used] || n < 1 || n > 4096 || i < 1 ||
+        i > n) {
+      kf_error(NULL, NULL, "--shard needs I/N with 1 <= I <= N <= 4096, got '%s'", val);
+      return 2;
+    }
+    cli->shard = i;
+    cli->nshards = n;
   } else if (!extra || extra(opt, val, ctx) != 0)
     return -1;
   return 0;
@@ -94,7 +111,7 @@ static char *split_option(int argc, char **argv, int *i, const char **val, const
     opt = kf_xstrdup(a);
   }
   *claimed = extra && !*val && extra(opt, NULL, ctx) == 0; /* a command's own flag */
-  if (*claimed || *val || !strcmp(opt, "--json"))
+  if (*claimed || *val || !strcmp(opt, "--json") || !strcmp(opt, "--remote-read-only"))
     return opt;
   if (*i + 1 >= argc) {
     kf_usage_error(usage, "option %s needs a value", opt);
@@ -147,4 +164,5 @@ void kf_cli_free(kf_cli *cli) {
   kf_strv_free(&cli->mopt.extra_template_dirs);
   kf_strv_free(&cli->defines);
   kf_strv_free(&cli->inputs);
+  kf_strv_free(&cli->remotes);
 }

@@ -1,7 +1,8 @@
 /* cli.h: the options shared by the commands that read descriptions (build,
  * warm, keys, explain): where the cache, the sources and the templates are,
- * which arches, extra include and template directories, --define, -j and
- * --json; everything else on the command line is a description path. */
+ * which arches, extra include and template directories, --define, -j,
+ * --json, the remote tiers, keys and --shard; everything else on the command line is a description
+ * path. */
 #ifndef KF_CLI_H
 #define KF_CLI_H
 
@@ -14,8 +15,13 @@ typedef struct {
   const char *out_dir;   /* generated sources */
   int jobs;
   int json;
-  kf_strv defines; /* --define NAME[=VALUE], in order: compile arguments and key records */
-  kf_strv inputs;  /* description paths */
+  kf_strv defines;          /* --define NAME[=VALUE], in order: compile arguments and key records */
+  kf_strv inputs;           /* description paths */
+  kf_strv remotes;          /* --remote URL, in order (remote.h); none: $KFORGE_REMOTE */
+  int remote_read_only;     /* --remote-read-only */
+  const char *signing_key;  /* --signing-key FILE (sign.h) */
+  const char *trusted_keys; /* --trusted-keys LIST (sign.h) */
+  int shard, nshards;       /* --shard I/N, I from 1; nshards 0: every kernel */
 } kf_cli;
 
 /* Parses the options common to description commands from argv (starting at

@@ -110,7 +110,9 @@ static const char usage[] =
     "Lists cache entries: key, kernel id, bytes, last use, and '*' when a manifest\n"
     "references the entry. --kernels lists the kernels of every manifest instead:\n"
     "id, width, key, registers, spills, launch and object size. --json prints either\n"
-    "list as a JSON array. Exit 2 when the cache directory does not exist.\n";
+    "list as a JSON array. Exit 2 when the cache directory does not exist.\n"
+    "kforge ls --remote URL [--trusted-keys LIST] [--arch LIST] [--json] MODEL|MODEL.json...\n"
+    "lists what a remote holds of those models instead (docs/cli.md).\n";
 
 typedef struct {
   const kf_cache *c;
@@ -231,6 +233,9 @@ static void list_entries(const kf_cache *c, int json) {
 }
 
 int kf_cmd_ls(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) /* a remote's listing (cmd_ls_remote.c) */
+    if (!strcmp(argv[i], "--remote") || !strncmp(argv[i], "--remote=", 9))
+      return kf_cmd_ls_remote(argc, argv);
   kf_cache c;
   int json = 0, kernels = 0, n = 0;
   char **args = kf_xcalloc((size_t)argc + 1, sizeof *args);

@@ -5,11 +5,16 @@
 
 int kf_cmd_build(int argc, char **argv);
 int kf_cmd_warm(int argc, char **argv);
+int kf_cmd_publish(int argc, char **argv);
+int kf_cmd_pull(int argc, char **argv);
+int kf_cmd_keygen(int argc, char **argv);
+int kf_cmd_stats(int argc, char **argv);
 int kf_cmd_keys(int argc, char **argv);
 int kf_cmd_lint(int argc, char **argv);
 int kf_cmd_toolchains(int argc, char **argv);
 int kf_cmd_explain(int argc, char **argv);
 int kf_cmd_ls(int argc, char **argv);
+int kf_cmd_ls_remote(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);
 int kf_cmd_gc(int argc, char **argv);
 int kf_cmd_import_hf(int argc, char **argv);

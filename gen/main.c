@@ -14,6 +14,11 @@ static const struct {
 } commands[] = {
     {"build", kf_cmd_build, "emit, key and compile kernels into the cache"},
     {"warm", kf_cmd_warm, "build, and fail unless every kernel ends up in the cache"},
+    {"publish", kf_cmd_publish,
+     "write the manifests to the remote once all their kernels are there"},
+    {"pull", kf_cmd_pull, "fetch a model's kernels and manifests from the remote, verified"},
+    {"keygen", kf_cmd_keygen, "create an ed25519 key pair for signing remote entries"},
+    {"stats", kf_cmd_stats, "show the cache's hits, misses, remote errors and bytes moved"},
     {"keys", kf_cmd_keys, "print each kernel's key, compiling nothing"},
     {"lint", kf_cmd_lint, "show each kernel's registers, spills and occupancy against its limits"},
     {"toolchains", kf_cmd_toolchains, "show which compiler builds each arch, or why none can"},

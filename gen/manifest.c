@@ -119,7 +119,7 @@ static cJSON *kernel_json(const kf_manifest_kernel *k) {
   return e;
 }
 
-int kf_manifest_write(const char *path, const kf_manifest *m) {
+char *kf_manifest_text(const kf_manifest *m) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "format", 1);
   cJSON_AddStringToObject(root, "generator", m->generator);
@@ -147,6 +147,11 @@ int kf_manifest_write(const char *path, const kf_manifest *m) {
     cJSON_AddItemToArray(kernels, kernel_json(&m->kernels[i]));
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
+  return text;
+}
+
+int kf_manifest_write(const char *path, const kf_manifest *m) {
+  char *text = kf_manifest_text(m);
   char *dir = kf_path_dirname(path);
   int r = kf_mkdir_p(dir) == 0 ? kf_write_if_changed(path, text, strlen(text), NULL) : -1;
   int e = errno;
@@ -243,8 +248,15 @@ int kf_manifest_load(const char *path, kf_manifest *m, char **err) {
     *err = kf_xasprintf("cannot read %s: %s", path, strerror(errno));
     return -1;
   }
-  cJSON *root = cJSON_ParseWithLength(text, len);
+  int r = kf_manifest_parse(text, len, m, err);
   free(text);
+  return r;
+}
+
+int kf_manifest_parse(const char *text, size_t len, kf_manifest *m, char **err) {
+  memset(m, 0, sizeof *m);
+  *err = NULL;
+  cJSON *root = cJSON_ParseWithLength(text, len);
   const cJSON *ks = root ? cJSON_GetObjectItemCaseSensitive(root, "kernels") : NULL;
   if (!cJSON_IsArray(ks)) {
     *err = kf_xstrdup("not a valid manifest");

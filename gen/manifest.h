@@ -87,6 +87,8 @@ kf_manifest_kernel *kf_manifest_add_kernel(kf_manifest *m, const char *id, const
 /* Appends a buffer to k (arg copied). */
 void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t bytes, int zero_once);
 
+/* m as the bytes kf_manifest_write writes (caller frees). */
+char *kf_manifest_text(const kf_manifest *m);
 /* Writes m to path (creating its directory), replacing the old file
  * atomically and only when the bytes differ. Returns 0, or -1 with errno set
  * (the old file stays). */
@@ -95,6 +97,9 @@ int kf_manifest_write(const char *path, const kf_manifest *m);
  * it cannot be read, is not JSON or has no "kernels" array; m is then empty
  * and still to be freed. */
 int kf_manifest_load(const char *path, kf_manifest *m, char **err);
+/* The same from len bytes of text (a remote's copy), with the same
+ * results. */
+int kf_manifest_parse(const char *text, size_t len, kf_manifest *m, char **err);
 void kf_manifest_free(kf_manifest *m);
 
 #endif /* KF_MANIFEST_H */

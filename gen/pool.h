@@ -27,6 +27,7 @@ typedef struct {
   kf_meta_resources resources; /* the entry's, once it is known good */
   kf_job *job;                 /* the pool's job that builds its key */
   char *error;                 /* why it failed */
+  int on_remote; /* 1: on the remote (fetched or uploaded); -1: the remote's was refused */
 } kf_unit;
 
 /* How the pool shows progress on stderr. */

@@ -10,6 +10,7 @@
 #include "session.h"
 #include "manifest.h"
 #include "report.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -104,6 +105,7 @@ void kf_session_free(kf_session *s) {
   kf_digest_free(s->digest);
   kf_cache_free(&s->cache);
   kf_strv_free(&s->reported);
+  kf_tier_free(&s->tier);
 }
 
 int kf_session_open(kf_session *s, kf_cli *cli, int argc, char **argv, const char *usage,
@@ -128,10 +130,9 @@ int kf_session_open(kf_session *s, kf_cli *cli, int argc, char **argv, const cha
 
 /* ---- building ---- */
 
-/* The manifest of one (model, arch), or NULL when one of its kernels
- * failed: a manifest with a kernel missing is never written (the old one
- * stays). */
-static int manifest_of(const kf_session *s, const kf_model *m, const char *arch, kf_manifest *out) {
+/* A manifest with a kernel missing is never written (the old one stays). */
+int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *arch, int local,
+                           kf_manifest *out) {
   kf_manifest_init(out, m->name, arch, kf_arch_is_hip(arch) ? "hip" : "cuda");
   out->description = kf_path_absolute(m->path);
   int all_ok = 1;
@@ -146,7 +147,8 @@ static int manifest_of(const kf_session *s, const kf_model *m, const char *arch,
       for (size_t i = 0; i < t->nargs; i++)
         kf_manifest_add_param(sig, t->args[i].name, t->args[i].type, t->args[i].size);
     }
-    if (u->state == KF_UNIT_FAILED || !u->checksum[0]) {
+    int here = u->state == KF_UNIT_CACHED || u->state == KF_UNIT_COMPILED;
+    if (u->state == KF_UNIT_FAILED || !u->checksum[0] || (local && !here)) {
       all_ok = 0;
       continue;
     }
@@ -169,6 +171,21 @@ static int manifest_of(const kf_session *s, const kf_model *m, const char *arch,
   return all_ok;
 }
 
+/* Writes path.sig, the signed record of a manifest this build wrote, for a
+ * runtime that requires signatures (runtime/rt_sign.c). Returns 0 or -1
+ * with errno set. */
+static int sign_manifest(const kf_session *s, const char *path, const char *model, const char *arch,
+                         const kf_manifest *man) {
+  char *text = kf_manifest_text(man);
+  char *rec = kf_manifest_record_text(&s->tier, model, arch, text);
+  char *sig = kf_xasprintf("%s.sig", path);
+  int r = kf_write_if_changed(sig, rec, strlen(rec), NULL);
+  free(sig);
+  free(rec);
+  free(text);
+  return r;
+}
+
 /* Writes every complete manifest. Returns 0, or 2 when one cannot be
  * written. */
 static int write_manifests(kf_session *s) {
@@ -178,14 +195,15 @@ static int write_manifests(kf_session *s) {
       const kf_model *m = s->models[i];
       const char *arch = m->arches.v[a];
       kf_manifest man;
-      if (manifest_of(s, m, arch, &man)) {
+      if (kf_session_manifest_of(s, m, arch, 1, &man)) {
         char *path = kf_cache_manifest_path(&s->cache, m->name, arch);
-        if (kf_manifest_write(path, &man) != 0) {
+        if (kf_manifest_write(path, &man) != 0 ||
+            (s->tier.signing && sign_manifest(s, path, m->name, arch, &man) != 0)) {
           kf_error(NULL, NULL, "cannot write manifest %s: %s", path, strerror(errno));
           rc = 2;
         }
         free(path);
-      } else {
+      } else if (!s->other_shards && !s->publish_only) {
         kf_note(NULL, NULL, "manifest %s/%s not updated: some of its kernels failed", m->name,
                 arch);
       }
@@ -234,6 +252,11 @@ static int start_unit(kf_session *s, kf_pool *p, kf_unit *u, int *prepared) {
     kf_pool_settled(p);
     return 0;
   }
+  if (!kf_session_in_shard(s, u)) { /* another builder's, or `publish` */
+    s->other_shards = 1;
+    kf_pool_settled(p);
+    return 0;
+  }
   if (kf_pool_share(p, u)) /* identical instantiations compile once */
     return 0;
   kf_entry_meta found;
@@ -250,6 +273,14 @@ static int start_unit(kf_session *s, kf_pool *p, kf_unit *u, int *prepared) {
     if (prepare_for(s, u) != 0)
       return -1;
     *prepared = 1;
+  }
+  if (s->tier.remote && kf_session_remote_fetch(s, u) &&
+      kf_cache_check_entry(&s->cache, u->key, &found, NULL) == KF_ENTRY_OK) {
+    kf_unit_take_entry(u, &found);
+    kf_entry_meta_free(&found);
+    u->state = KF_UNIT_CACHED;
+    kf_pool_settled(p);
+    return 0;
   }
   kf_pool_add(p, u);
   return 0;
@@ -272,8 +303,19 @@ static void check_limits(kf_session *s) {
   }
 }
 
+static void record_stats(kf_session *s, int cached, int compiled) {
+  kf_stats d = {0};
+  if (s->tier.remote)
+    kf_stats_of_remote(&d, kf_remote_stats_of(s->tier.remote));
+  d.local_hits = cached - s->fetched;
+  d.compiled = compiled;
+  kf_stats_add(&s->cache, &d);
+}
+
 int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_failed) {
   *n_cached = *n_compiled = *n_failed = 0;
+  if (kf_session_remote_open(s) != 0)
+    return 2;
   kf_progress progress = isatty(2) ? KF_PROGRESS_TTY : KF_PROGRESS_LINES;
   kf_pool *p = kf_pool_start(&s->cache, s->cli->jobs, (int)s->plan.n, progress);
   int rc = 0, prepared = 0, unwritable = 0;
@@ -289,6 +331,8 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
   check_limits(s);
   for (size_t i = 0; i < s->plan.n; i++) {
     int st = s->units[i].state;
+    if (!kf_session_in_shard(s, &s->units[i]) && st != KF_UNIT_FAILED)
+      continue; /* not this run's */
     if (st == KF_UNIT_CACHED)
       (*n_cached)++;
     else if (st == KF_UNIT_COMPILED)
@@ -297,6 +341,10 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
       (*n_failed)++;
   }
   int wr = write_manifests(s);
+  if (s->tier.remote)
+    s->incomplete = kf_session_remote_finish(s);
+  if (prepared || s->tier.remote) /* a complete cache that needed nothing stays unwritten */
+    record_stats(s, *n_cached, *n_compiled);
   if (rc)
     return rc;
   if (wr)

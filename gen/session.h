@@ -7,9 +7,11 @@
 #include "cache.h"
 #include "cli.h"
 #include "digest.h"
+#include "manifest.h"
 #include "model.h"
 #include "plan.h"
 #include "pool.h"
+#include "remote_entry.h"
 
 typedef struct {
   kf_cli *cli;
@@ -19,8 +21,13 @@ typedef struct {
   kf_unit *units; /* one per plan instance */
   kf_cache cache;
   kf_digest *digest;
-  int reparsed;     /* how many sources libclang parsed */
-  kf_strv reported; /* error texts already printed */
+  int reparsed;               /* how many sources libclang parsed */
+  kf_strv reported;           /* error texts already printed */
+  kf_tier tier;               /* the remotes (tier.remote NULL: none) and keys */
+  int publish_only;           /* `kforge publish`: keys, compiles and fetches nothing */
+  long fetched, refused;      /* entries taken from the remote, refused by verification */
+  long published, incomplete; /* manifests published to the remote, not yet complete there */
+  int other_shards;           /* some kernels belong to other shards */
 } kf_session;
 
 /* What kf_session_open returns when the session is loaded. */
@@ -45,5 +52,27 @@ int kf_session_key(kf_session *s, kf_unit *u);
  * be written). */
 int kf_session_build(kf_session *s, int *cached, int *compiled, int *failed);
 void kf_session_free(kf_session *s);
+
+/* Whether u is built by this run (--shard I/N takes the units whose key
+ * falls in shard I; `publish` takes none). */
+int kf_session_in_shard(const kf_session *s, const kf_unit *u);
+/* The manifest of one (model, arch) into *out (free it either way). Returns
+ * 1 when every kernel of it has an entry: in the local cache when local,
+ * else anywhere its checksum is known (a remote record). */
+int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *arch, int local,
+                           kf_manifest *out);
+
+/* session_remote.c: the build's remote tier. */
+/* Opens the remotes and keys of s->cli. Returns 0, or 2 after reporting a
+ * bad configuration. */
+int kf_session_remote_open(kf_session *s);
+/* Asks the remote for u's missing entry, into the prepared cache. Returns 1
+ * when u's entry is now in the cache, else 0 (a refused entry is reported,
+ * and u is to be built here). */
+int kf_session_remote_fetch(kf_session *s, kf_unit *u);
+/* After the build: uploads the entries this run compiled, then publishes
+ * every manifest whose kernels are all on the remote. Returns the number of
+ * manifests that could not be published (incomplete there). */
+long kf_session_remote_finish(kf_session *s);
 
 #endif /* KF_SESSION_H */

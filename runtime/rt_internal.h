@@ -230,7 +230,17 @@ kf_status rt_manifest_finish(rt_manifest *m, rt_err *err);
 kf_status rt_manifest_parse(const char *path, const char *text, size_t len, rt_manifest *m,
                             rt_err *err);
 kf_status rt_manifest_load(const char *path, rt_manifest *m, rt_err *err);
-/* rt_manifest_open of rel below r (the trust rules apply: KF_ERR_UNTRUSTED). */
+/* rt_sign.c: the text a manifest's signature covers (malloc'd; NULL when
+ * out of memory), shared with the generator's signer. */
+char *rt_manifest_signed_text(const char *model, const char *arch, const char *sha256,
+                              long long size);
+/* When KFORGE_TRUSTED_KEYS is set: KF_OK only when rel's signed record
+ * (rel.sig below r) covers these bytes and is signed by a trusted key, else
+ * KF_ERR_UNTRUSTED with the reason. KF_OK when it is not set. */
+kf_status rt_manifest_check_signature(const rt_root *r, const char *rel, const char *text,
+                                      size_t len, rt_err *err);
+/* rt_manifest_open of rel below r (the trust rules apply: KF_ERR_UNTRUSTED;
+ * so does the signature, rt_manifest_check_signature). */
 kf_status rt_manifest_open_at(const rt_root *r, const char *rel, rt_manifest *m, rt_err *err);
 /* The parsed header agrees with the file's place, path being
  * <...>/manifests/<model>/<arch>.json: its model is model, its arch the

@@ -709,6 +709,10 @@ kf_status rt_manifest_open_at(const rt_root *r, const char *rel, rt_manifest *m,
       err->status = KF_ERR_BAD_MANIFEST;
     return err->status;
   }
+  if ((st = rt_manifest_check_signature(r, rel, text, len, err)) != KF_OK) {
+    free(text);
+    return st;
+  }
   if (!(path = rt_path_join(r->v1, rel))) {
     free(text);
     return rt_err_set(err, KF_ERR_NO_MEMORY, "out of memory");
