@@ -74,7 +74,7 @@ KF_DEVICE void add_rmsnorm_entry(const kf_bf16 *x, kf_bf16 *residual, const kf_b
   __shared__ float scratch[kAddRmsnormThreads / kWarpSize];
   grid_dep_launch();
   grid_dep_wait(); // x and residual come from the previous kernels
-  const int row = (int)blockIdx.x;
+  const int row = block_idx_x();
   if (row >= rows)
     return;
   const long long off = (long long)row * P::HIDDEN;

@@ -605,7 +605,9 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   constexpr int kPartFloats = kAttnRecordFloats<G, D>;
   using merge_t = record_merge<G, D, kAttnThreads>;
 
+#if !KF_MONO
   __shared__ attn_partials<G, D, NW> part;
+#endif // !KF_MONO
   // The merge's stage: as many whole records as fit beside the rest of the
   // block's static shared memory, below 48 KB (18 of 32 ranges for 4 heads).
   // Its size is part of the arithmetic (each stage rescales by its own
@@ -617,11 +619,22 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   constexpr int kStage = kStageBytes / kRecBytes < 1        ? 1
                          : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
                                                             : SPLITS;
+#if KF_MONO
+  // In a layer kernel the two live in its dynamic shared memory (the
+  // schema's launch.layer_shared_bytes), which the other phases reuse.
+  extern __shared__ __align__(16) unsigned char kf_layer_smem[];
+  static_assert(sizeof(attn_partials<G, D, NW>) % 16 == 0, "stage alignment");
+  attn_partials<G, D, NW> &part = *reinterpret_cast<attn_partials<G, D, NW> *>(kf_layer_smem);
+  float *stage = reinterpret_cast<float *>(kf_layer_smem + sizeof(attn_partials<G, D, NW>));
+  if (dynamic_smem_bytes() < sizeof(attn_partials<G, D, NW>) + kStage * kPartFloats * 4)
+    __trap();
+#else
   __shared__ __align__(16) float stage[kStage * kPartFloats];
+#endif                      // KF_MONO
   __shared__ int is_last;   // block_arrives_last's answer
   __shared__ float neg_inf; // -inf, for the final merge's reads past its records
 
-  const int kv_head = (int)blockIdx.y, row = (int)blockIdx.z;
+  const int kv_head = block_idx_y(), row = block_idx_z();
   const int len = row < rows ? seq_lens[row] : 0;
   const int n_tiles = (len + kAttnTile - 1) / kAttnTile;
   // At most SPLITS ranges, and at least one tile per warp in each.
@@ -630,7 +643,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // The block attends ranges blockIdx.x, + gridDim.x, ... (one range per
   // block at width 1, several wider: the launch's grid), one after the
   // other; warp w takes tiles w, w + NW, ... of each.
-  const int first_range = (int)blockIdx.x, range_step = (int)gridDim.x;
+  const int first_range = block_idx_x(), range_step = grid_dim_x();
   constexpr int kRangesPerBlock = P::W; // at most: gridDim.x = ceil(SPLITS / W)
   const bool active = row < rows && first_range < n_ranges;
   const int warp = warp_id(), lane = lane_id();
@@ -744,8 +757,10 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   using part_t = attn_partials<G, D, NW>;
   constexpr int kSlotsFit = 1 + kStage * kRecBytes / (int)sizeof(part_t);
   constexpr int kSlots = kSlotsFit < 16 ? kSlotsFit : 16; // named barriers 1..15
-  constexpr bool kSets = KF_ATTN_MERGE_SETS && G > 2;     // (see the knob)
-  constexpr bool kGuard = KF_ATTN_BRANCHY_FLUSH == 2 ||   // (see the knob)
+  static_assert(!KF_MONO || kSlots < 15 || !(KF_HAS_NAMED_BARRIERS && KF_ATTN_HAND_OFF),
+                "in a layer kernel barrier 15 is block_sync's");
+  constexpr bool kSets = KF_ATTN_MERGE_SETS && G > 2;   // (see the knob)
+  constexpr bool kGuard = KF_ATTN_BRANCHY_FLUSH == 2 || // (see the knob)
                           (KF_ATTN_BRANCHY_FLUSH == 1 && P::W == 2 && G > 2);
   constexpr int kMergeSets = !kSets ? 1 : kSlots < kRangesPerBlock ? kSlots : kRangesPerBlock;
   // Hand-off (named barriers, blocks of more than 2 ranges): warp j % NW
@@ -825,7 +840,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
 #endif // KF_HAS_NAMED_BARRIERS
     if (go_on)
       continue; // the warps go on to the next range
-    __syncthreads();
+    block_sync<kAttnThreads>();
     if (n_ranges == 1) {
       merge_warps<G, D, NW, kAttnThreads, 1, kSets, kGuard>(
           1, slot, [&](int, int h, int d, float acc, float, float l) {
@@ -845,10 +860,12 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
     }
     parked = 0;
     if (!last_range)
-      __syncthreads(); // every thread is done with the slots before the warps refill them
+      block_sync<kAttnThreads>(); // every thread is done with the slots before the warps refill
+                                  // them
   }
   const int my_ranges = (n_ranges - first_range + range_step - 1) / range_step;
-  if (!block_arrives_last(semaphores, (long long)row * HKV + kv_head, n_ranges, my_ranges, is_last))
+  if (!block_arrives_last<kAttnThreads>(semaphores, (long long)row * HKV + kv_head, n_ranges,
+                                        my_ranges, is_last))
     return; // the block whose ranges arrive last merges them all
 
   // Merge the ranges in range order, a stage of kStage records at a time:
@@ -897,7 +914,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       }
     }
     async_wait<0>();
-    __syncthreads();
+    block_sync<kAttnThreads>();
     all.template absorb<kStageUnroll>(stage, nb, &neg_inf);
     if (nr > 0)
       all.template absorb_from<kRest>(
@@ -909,9 +926,9 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
       const int nb = min(kStage, n_ranges - s0);
       copy_stage(s0, nb);
       async_wait<0>();
-      __syncthreads();
+      block_sync<kAttnThreads>();
       all.template absorb<kStageUnroll>(stage, nb, &neg_inf);
-      __syncthreads(); // every thread is done with the stage before the next copy
+      block_sync<kAttnThreads>(); // every thread is done with the stage before the next copy
     }
   }
   all.store_out(out_head0);

@@ -28,7 +28,7 @@ KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *o
   // mostly empty; 1536 of 8 + 8 went from 84% to 91% of the read ceiling,
   // while Llama's and Qwen3-0.6B's lost at R = 8).
   constexpr int kRows = P::HALF_TILES ? kGemmTileRows / 2 : kGemmTileRows;
-  const int n0 = (int)(blockIdx.x / P::KSPLIT) * kRows;
+  const int n0 = block_idx_x() / P::KSPLIT * kRows;
   const long long off[2] = {(long long)n0 * P::K, (long long)(P::INTERMEDIATE + n0) * P::K};
   skinny_gemm_block<P::K, 2, P::W, kGemmThreads, P::HALF_TILES != 0, P::KSPLIT, P::DEEP_RING != 0,
                     P::LATE_SLOTS>(x, w, off, rows, [&](int wrow, int xrow, const float *v) {

@@ -233,6 +233,81 @@ KF_DEVICE float shfl(float v, int src_lane) {
 #endif // KF_VENDOR_HIP
 }
 
+// ---- layer kernels (KF_MONO) ------------------------------------------------
+// A layer kernel (kf_layer.cuh; the generator's "layer" kinds) runs the
+// kernels of a decoder layer as phases of one persistent launch: each block
+// takes work items, each item being one block of the separate kernel's grid.
+// Templates therefore ask for their block's index and their grid's size
+// through block_idx_* / grid_dim_x (the item's, inside a layer kernel), and
+// synchronise their THREADS threads with block_sync<THREADS> (a phase of
+// fewer threads than the layer's KF_MONO_THREADS runs on the first THREADS
+// and syncs them with named barrier 15). Outside a layer kernel these are
+// blockIdx, gridDim and __syncthreads, so the separate kernels compile to
+// what they were.
+#ifndef KF_MONO
+#define KF_MONO 0
+#endif // KF_MONO
+#if KF_MONO
+#ifndef KF_MONO_THREADS
+#error "a layer kernel defines KF_MONO_THREADS, its block size"
+#endif // KF_MONO_THREADS
+namespace layer {
+struct Item {
+  int x, y, z; // the item's block index in its kernel's grid
+  int grid_x;  // that grid's x size
+};
+__shared__ Item item; // written by kf_layer.cuh before each item
+// Split K (skinny_gemm.cuh) through global memory, kf_layer.cuh.
+constexpr int kSplitRecordBytes = 1024; // one rank's partial tiles
+KF_DEVICE float *split_record(int tile, int ksplit, int rank);
+KF_DEVICE void split_arrive(int tile);
+KF_DEVICE void split_wait(int tile, int arrivals);
+} // namespace layer
+#endif // KF_MONO
+
+KF_DEVICE int block_idx_x() {
+#if KF_MONO
+  return layer::item.x;
+#else
+  return (int)blockIdx.x;
+#endif // KF_MONO
+}
+KF_DEVICE int block_idx_y() {
+#if KF_MONO
+  return layer::item.y;
+#else
+  return (int)blockIdx.y;
+#endif // KF_MONO
+}
+KF_DEVICE int block_idx_z() {
+#if KF_MONO
+  return layer::item.z;
+#else
+  return (int)blockIdx.z;
+#endif // KF_MONO
+}
+KF_DEVICE int grid_dim_x() {
+#if KF_MONO
+  return layer::item.grid_x;
+#else
+  return (int)gridDim.x;
+#endif // KF_MONO
+}
+
+KF_DEVICE void bar_sync(int id, int threads);
+
+// Barrier of the THREADS threads that run a template's block.
+template <int THREADS> KF_DEVICE void block_sync() {
+#if KF_MONO
+  if constexpr (THREADS >= KF_MONO_THREADS)
+    __syncthreads();
+  else
+    bar_sync(15, THREADS);
+#else
+  __syncthreads();
+#endif // KF_MONO
+}
+
 KF_DEVICE int lane_id() { return (int)(threadIdx.x % kWarpSize); }
 KF_DEVICE int warp_id() { return (int)(threadIdx.x / kWarpSize); }
 
@@ -393,16 +468,27 @@ KF_DEVICE void warp_sync() {
 // and on other targets.
 #define KF_HAS_GRID_DEP (KF_ARCH_IS_NVIDIA && KF_ARCH_CODE >= 900)
 
+// Inside a layer kernel (KF_MONO, kf_layer.cuh) a phase's grid_dep_wait
+// waits for the layer's previous phase instead, and grid_dep_launch does
+// nothing: the phases are the kernels of the chain, run by one launch.
+#if KF_MONO
+namespace layer {
+KF_DEVICE void wait_previous_phase(); // kf_layer.cuh
+} // namespace layer
+#endif // KF_MONO
+
 KF_DEVICE void grid_dep_wait() {
-#if KF_HAS_GRID_DEP
+#if KF_MONO
+  layer::wait_previous_phase();
+#elif KF_HAS_GRID_DEP
   asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif // KF_HAS_GRID_DEP
+#endif // KF_MONO
 }
 
 KF_DEVICE void grid_dep_launch() {
-#if KF_HAS_GRID_DEP
+#if KF_HAS_GRID_DEP && !KF_MONO
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif // KF_HAS_GRID_DEP
+#endif // KF_HAS_GRID_DEP && !KF_MONO
 }
 
 // Named barriers (NVIDIA): `threads` (a multiple of the warp size) arrive at
@@ -448,7 +534,9 @@ KF_DEVICE void bar_sync(int id, int threads) { emu_bar_sync(id, threads); }
 // cluster: the hardware's with clusters (the launch's clusters must be n x 1
 // x 1, checked: a mismatch traps), blockIdx.x % n without.
 KF_DEVICE int cluster_rank_x(int n) {
-#if KF_HAS_CLUSTERS
+#if KF_MONO
+  return block_idx_x() % n; // a layer kernel splits K through global memory
+#elif KF_HAS_CLUSTERS
   unsigned rank, blocks, dim_x;
   asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
   asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(blocks));
@@ -520,11 +608,13 @@ KF_DEVICE vec8 zero_vec() {
 // (So spelled on purpose: a flag of the helper's own, or the counter's
 // address computed before the call, gave decode_attention code that ran
 // 0.2-1 us slower per launch on the H200; notes/perf/journal.md, v10.)
+// THREADS: the threads of the caller's block (block_sync).
+template <int THREADS>
 KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int count, int &last) {
 #if !KF_HAS_ACQ_REL_ATOMIC
   __threadfence();
 #endif // !KF_HAS_ACQ_REL_ATOMIC
-  __syncthreads();
+  block_sync<THREADS>();
   if (threadIdx.x == 0) {
     int before;
 #if KF_HAS_ACQ_REL_ATOMIC
@@ -539,7 +629,7 @@ KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int 
     if (last)
       counters[i] = 0; // every block has arrived: ready for the next launch
   }
-  __syncthreads();
+  block_sync<THREADS>();
 #if !KF_HAS_ACQ_REL_ATOMIC
   __threadfence();
 #endif // !KF_HAS_ACQ_REL_ATOMIC

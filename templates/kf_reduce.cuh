@@ -36,7 +36,7 @@ KF_DEVICE float warp_sum(float v) { return group_sum<kWarpSize>(v); }
 // Sum over the whole block of THREADS threads (a multiple of the warp size);
 // every thread gets the same bits. scratch holds THREADS / warp size floats.
 // Ends with the block synchronised, so scratch may be reused afterwards only
-// after another __syncthreads().
+// after another block_sync<THREADS>().
 template <int THREADS> KF_DEVICE float block_sum(float v, float *scratch) {
   static_assert(THREADS % kWarpSize == 0, "block must be whole warps");
   constexpr int kWarps = THREADS / kWarpSize;
@@ -45,7 +45,7 @@ template <int THREADS> KF_DEVICE float block_sum(float v, float *scratch) {
     return v;
   if (lane_id() == 0)
     scratch[warp_id()] = v;
-  __syncthreads();
+  block_sync<THREADS>();
   float s = scratch[0];
 #pragma unroll
   for (int w = 1; w < kWarps; ++w)

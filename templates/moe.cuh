@@ -207,7 +207,7 @@ KF_DEVICE void moe_router_entry(const kf_bf16 *x, const kf_bf16 *w, int *ids, fl
         logits[(long long)r * E + e] = sum;
     }
   }
-  if (!block_arrives_last(semaphores, 0, (int)gridDim.x, 1, is_last))
+  if (!block_arrives_last<kMoeThreads>(semaphores, 0, (int)gridDim.x, 1, is_last))
     return;
   // The experts of rows warp, warp + kWarps, ...: lane l holds experts l,
   // l + warp size, ...

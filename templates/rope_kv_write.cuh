@@ -28,13 +28,13 @@ namespace kf {
 template <class R, int HQ, int HKV, int PAGE_SIZE, bool QK_NORM>
 KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, int position, long long slot,
                                  const kf_bf16 *q_norm_w, const kf_bf16 *k_norm_w, float eps,
-                                 kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache) {
+                                 kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache,
+                                 int tid = (int)threadIdx.x) {
   constexpr int D = R::HEAD_DIM;
   constexpr int kGroup = D / 8;
   static_assert(D % 16 == 0 && kGroup <= kWarpSize && (kGroup & (kGroup - 1)) == 0,
                 "HEAD_DIM / 8 must be a power of two no larger than the warp");
   __shared__ float cos_t[D / 2], sin_t[D / 2];
-  const int tid = (int)threadIdx.x;
   const int head = tid / kGroup, j = tid % kGroup;
   const bool is_q = head < HQ, is_v = head >= HQ + HKV;
   const bool real = head < HQ + 2 * HKV; // whole groups only: never splits a warp's shuffles
@@ -89,14 +89,29 @@ KF_DEVICE void rope_kv_write_block(const kf_bf16 *qkv, const int *positions, con
   static_assert(rope_kv_write_threads<P>() <= 1024, "too many heads for one block");
   grid_dep_launch();
   grid_dep_wait(); // qkv comes from the previous kernel
-  const int row = (int)blockIdx.x;
+  const int row = block_idx_x();
   if (row >= rows)
     return;
   constexpr int kStride = (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM;
-  rope_kv_write_row<rope_config<P::HEAD_DIM, P>, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE,
-                    QK_NORM>(qkv + (long long)row * kStride, positions[row], slots[row], q_norm_w,
-                             k_norm_w, eps, q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM,
-                             k_cache, v_cache);
+  auto run = [&](int tid) {
+    rope_kv_write_row<rope_config<P::HEAD_DIM, P>, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE,
+                      QK_NORM>(qkv + (long long)row * kStride, positions[row], slots[row], q_norm_w,
+                               k_norm_w, eps, q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM,
+                               k_cache, v_cache, tid);
+  };
+#if KF_MONO
+  // A layer kernel's block is smaller than the row's threads: it runs them
+  // KF_MONO_THREADS at a time (whole heads each time, as the block size is
+  // a multiple of the warp), every value computed as the separate kernel
+  // computes it.
+  for (int t0 = 0; t0 < rope_kv_write_threads<P>(); t0 += KF_MONO_THREADS) {
+    if (t0 > 0)
+      __syncthreads(); // every thread is done with the tables before they are rewritten
+    run(t0 + (int)threadIdx.x);
+  }
+#else
+  run((int)threadIdx.x);
+#endif // KF_MONO
 }
 
 // Entry (no QK-norm): grid [W], block [(NUM_Q_HEADS + 2 NUM_KV_HEADS) *

@@ -143,6 +143,15 @@ __host__ __device__ constexpr int gemm_dyn_smem_bytes(bool mma, bool lng, int W)
   return mma ? 65536 * lng + gemm_x_ring_bytes(lng, W) : 0;
 }
 
+// A layer kernel's dynamic shared memory for a projection phase: the
+// dynamic part, then room for the short path's partial tiles and static
+// ring (the schemas' launch.layer_shared_bytes spell the same).
+constexpr int kGemmLayerRedBytes = 8192;
+constexpr int kGemmLayerRingBytes = 32768;
+__host__ __device__ constexpr int gemm_layer_smem_bytes(bool mma, bool lng, int W) {
+  return mma ? gemm_dyn_smem_bytes(true, lng, W) + kGemmLayerRedBytes + kGemmLayerRingBytes : 0;
+}
+
 #if KF_USE_MMA
 // Warp building block (cp.async ring): the warp's share of NT 16-row tiles
 // times x over all of K. The block's 32-k steps are dealt to warps in chunks
@@ -263,7 +272,7 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
     src[i][0] = w + lo[i] + (long long)crow * LD + 8 * cchunk;
     src[i][1] = w + hi[i] + (long long)crow * LD + 8 * cchunk;
   }
-  const int rot = gemm_rotate(LD) ? (int)((ROT_AT ? rot_at : blockIdx.x) % (n / C)) * C : 0;
+  const int rot = gemm_rotate(LD) ? (int)((ROT_AT ? rot_at : block_idx_x()) % (n / C)) * C : 0;
   auto kunit = [&](int j) {
     j += rot;
     j -= j >= n ? n : 0;
@@ -403,19 +412,24 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
                 "KSPLIT: 1, 2, 4 or 8 blocks per cluster");
   static_assert(K % (8 * KSPLIT) == 0, "K must be a multiple of 8 * KSPLIT");
   constexpr int KL = K / KSPLIT; // one slice of K
-  constexpr bool kCluster = KSPLIT > 1 && KF_HAS_CLUSTERS;
+  constexpr bool kCluster = KSPLIT > 1 && KF_HAS_CLUSTERS && !KF_MONO;
+  // In a layer kernel the slices' blocks are work items that need not run
+  // at once: they meet through global memory instead (layer::split_*), in
+  // the same rank order as a cluster's, so the sums are the cluster's bits.
+  constexpr bool kGlobalSplit = KSPLIT > 1 && KF_MONO;
   // The matrix-instruction path hands its sums to the epilogue straight
   // from the warps' partial tiles, unless a cluster's blocks share them.
-  constexpr bool kDirect = KF_USE_MMA && !kCluster;
+  constexpr bool kDirect = KF_USE_MMA && !kCluster && !kGlobalSplit;
   // HALVES: each half is an 8-row tile to the epilogue (v[0] row wrow, v[1]
   // row 8 + wrow of the matrix tile).
   constexpr int kOutRows = HALVES ? kGemmTileRows / 2 : kGemmTileRows;
   const int rank = KSPLIT > 1 ? cluster_rank_x(KSPLIT) : 0;
-  if (KSPLIT > 1 && !kCluster && rank != 0) {
+  if (KSPLIT > 1 && !kCluster && !kGlobalSplit && rank != 0) {
     grid_dep_wait(); // a block exits only after the previous kernel has
     return;
   }
-  const int slice0 = kCluster ? rank : 0, slice1 = kCluster ? rank + 1 : KSPLIT;
+  const int slice0 = kCluster || kGlobalSplit ? rank : 0;
+  const int slice1 = kCluster || kGlobalSplit ? rank + 1 : KSPLIT;
   constexpr bool kEarly = (long long)KL * kGemmTileRows * NTI * 2 <= KF_GEMM_EARLY_RELEASE_BYTES;
   if (kEarly)
     grid_dep_launch();
@@ -475,6 +489,13 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   vec8 *xring = reinterpret_cast<vec8 *>(kf_gemm_smem + kXRingAt);
   static_assert(kXRingAt + gemm_x_ring_bytes(kLong, W) <= gemm_dyn_smem_bytes(true, kLong, W),
                 "activation ring exceeds shared_bytes");
+#if KF_MONO
+  // In a layer kernel the short path's static ring and partial tiles follow
+  // the dynamic part (gemm_layer_smem_bytes), reused by the other phases.
+  constexpr int kStaticAt = gemm_dyn_smem_bytes(true, kLong, W);
+  if (dynamic_smem_bytes() < (unsigned)gemm_layer_smem_bytes(true, kLong, W))
+    __trap();
+#endif // KF_MONO
   if constexpr (kLong) {
     // The weight ring lives in dynamic shared memory; once every copy has
     // landed, the warps' partial tiles reuse it.
@@ -500,16 +521,31 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
     __syncthreads(); // every warp is done with the ring before it is reused
     red = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem);
   } else {
+#if KF_MONO
+    static_assert(kWarps * NT * 128 * 4 <= kGemmLayerRedBytes, "partials exceed the layer's room");
+    auto red_short = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem + kStaticAt);
+#else
     __shared__ float red_short[kWarps][NT][128];
+#endif // KF_MONO
     for (int sl = slice0; sl < slice1; ++sl) {
       const kf_bf16 *ws = w + (long long)sl * KL, *xs = x + (long long)sl * KL;
 #if KF_GEMM_ASYNC
       if constexpr (kLines) {
+#if KF_MONO
+        static_assert(kWarps * kLineSlots * 128 * 16 <= kGemmLayerRingBytes, "ring exceeds room");
+        vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem + kStaticAt + kGemmLayerRedBytes);
+#else
         __shared__ vec8 ring[kWarps * kLineSlots * 128];
+#endif // KF_MONO
         warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
             acc, ws, lo, hi, xs, rows, ring, xring, warp, lane, rot_at);
       } else {
+#if KF_MONO
+        static_assert(kUnroll * NT * 2 * THREADS * 16 <= kGemmLayerRingBytes, "ring exceeds room");
+        vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem + kStaticAt + kGemmLayerRedBytes);
+#else
         __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
+#endif // KF_MONO
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(
             acc, ws, lo, hi, xs, rows, ring, warp, lane);
       }
@@ -607,6 +643,32 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       if (rank != 0)
         return;
     }
+#if KF_MONO
+    if constexpr (kGlobalSplit) {
+      // Ranks 1.. leave their partial tiles in the layer's split scratch and
+      // count themselves on the tile's counter; rank 0 waits for them and
+      // sums in rank order, as the cluster path does.
+      constexpr int kTileFloats = NT * kGemmTileRows * 8;
+      static_assert(kTileFloats * 4 <= layer::kSplitRecordBytes, "split record too small");
+      const int tile = block_idx_x() / KSPLIT;
+      float *mine = &res[0][0][0];
+      if (rank != 0) {
+        float *rec = layer::split_record(tile, KSPLIT, rank);
+        for (int e = tid; e < kTileFloats; e += THREADS)
+          rec[e] = mine[e];
+        layer::split_arrive(tile);
+        return;
+      }
+      layer::split_wait(tile, KSPLIT - 1);
+      for (int e = tid; e < kTileFloats; e += THREADS) {
+        float s = mine[e];
+        for (int q = 1; q < KSPLIT; ++q)
+          s += load_coherent(layer::split_record(tile, KSPLIT, q) + e);
+        mine[e] = s;
+      }
+      __syncthreads();
+    }
+#endif // KF_MONO
     emit_outputs([&](int wrow, int xrow, int i) {
       return HALVES ? res[0][wrow + 8 * i][xrow] : res[i][wrow][xrow];
     });
@@ -621,7 +683,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 template <class P, class Epi>
 KF_DEVICE void skinny_gemm_tile(const kf_bf16 *x, const kf_bf16 *w, int rows, Epi epi) {
   static_assert(P::N % kGemmTileRows == 0, "N must be a multiple of 16");
-  const int n0 = (int)(blockIdx.x / P::KSPLIT) * kGemmTileRows;
+  const int n0 = (int)(block_idx_x() / P::KSPLIT) * kGemmTileRows;
   const long long off[1] = {(long long)n0 * P::K};
   skinny_gemm_block<P::K, 1, P::W, kGemmThreads, false, P::KSPLIT, P::DEEP_RING != 0,
                     P::LATE_SLOTS>(

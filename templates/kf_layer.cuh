@@ -1,0 +1,167 @@
+// kf_layer.cuh: the runtime of a layer kernel, one persistent launch that
+// runs a decoder layer's kernels as phases (the generator's "layer" kinds,
+// docs/contracts.md). The generated entry defines KF_MONO 1 and
+// KF_MONO_THREADS before it includes the templates, then calls
+//   begin(area, scratch), phase(...) once per kind in the chain's order,
+//   end()
+// and every template runs as it does in its own kernel, except that:
+// - each of its blocks is a work item (layer::item holds the item's block
+//   index; kf_portability.cuh's block_idx_* read it), taken by the layer's
+//   blocks in turn: block b runs items b, b + gridDim.x, ... of each phase;
+// - its grid_dep_wait waits until every item of the previous phase has
+//   arrived (a counter in the sync area, kf_sync.cuh), so what it fetches
+//   ahead of that wait (the weights) streams while the previous phase ends;
+// - a projection split along K (KSPLIT > 1) meets through global memory
+//   (split_*) in the cluster's rank order, so it sums the same bits. Its
+//   items run rank KSPLIT - 1 first and rank 0 last: rank 0 waits for the
+//   others of its tile, which no block holds behind an item that waits.
+//
+// Sync area counters: 0 counts the blocks that entered (the launch's epoch
+// is the count a block finds divided by the grid's blocks, so the host
+// passes no launch number and a captured graph replays correctly), 1 + p
+// counts the items of phase p done, then one per split tile of each split
+// phase. All only grow; the area is zeroed once (manifest "buffers").
+//
+// Waits are bounded (kBudget polls): an expired wait marks the status line
+// (kf_sync.cuh), every other wait then returns at once, the grid drains and
+// leaves (its outputs are garbage), and later launches on the area do
+// nothing until the host zeroes it. Every thread polls for itself, so a
+// template may call grid_dep_wait from any subset of its threads.
+#ifndef KF_LAYER_CUH
+#define KF_LAYER_CUH
+
+#if !KF_MONO
+#error "kf_layer.cuh is for layer kernels (KF_MONO 1)"
+#endif // !KF_MONO
+
+#include "kf_portability.cuh"
+#include "kf_sync.cuh"
+
+namespace kf {
+namespace layer {
+
+constexpr unsigned kBudget = 1u << 22; // polls, about 2 s at the back-off's cap
+
+struct State {
+  void *area;     // the sync area
+  float *scratch; // split records
+  unsigned long long epoch;
+  int wait_counter; // the previous phase's counter; -1: none (the first phase)
+  unsigned long long wait_target;
+  int split_base; // the current phase's first split counter
+};
+__shared__ State state;
+
+KF_DEVICE sync::Sync sync_of() { return sync::Sync{state.area, state.epoch}; }
+
+// One thread's bounded wait for counter i to reach target (kf_sync.cuh's
+// wait_at_least, per thread): false when it expired or another wait had.
+KF_DEVICE bool poll(int i, unsigned long long target) {
+  const sync::Sync s = sync_of();
+  const unsigned long long *c = sync::counter(s, i);
+  sync::Status *st = sync::status(s);
+  unsigned pause_ns = 32;
+  for (unsigned polls = 0;; ++polls) {
+    const unsigned long long v = sync::detail::load_acquire(c);
+    if (v >= target)
+      return true;
+    if (sync::detail::load_state(&st->state) != sync::kStateClear)
+      return false;
+    if (polls >= kBudget) {
+      if (atomicCAS(&st->state, sync::kStateClear, sync::kStateExpired) == sync::kStateClear) {
+        st->counter = (unsigned)i;
+        st->block = sync::detail::linear_block();
+        st->target = target;
+        st->seen = v;
+        st->epoch = s.epoch;
+      }
+      return false;
+    }
+    sync::detail::back_off(pause_ns);
+  }
+}
+
+KF_DEVICE void wait_previous_phase() {
+  if (state.wait_counter < 0) {
+#if KF_HAS_GRID_DEP
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif // KF_HAS_GRID_DEP
+    return;
+  }
+  poll(state.wait_counter, state.wait_target);
+}
+
+KF_DEVICE float *split_record(int tile, int ksplit, int rank) {
+  return state.scratch +
+         ((long long)tile * (ksplit - 1) + (rank - 1)) * (kSplitRecordBytes / (int)sizeof(float));
+}
+
+KF_DEVICE void split_arrive(int tile) { sync::arrive(sync_of(), state.split_base + tile); }
+
+KF_DEVICE void split_wait(int tile, int arrivals) {
+  poll(state.split_base + tile, sync::target(state.epoch, arrivals, arrivals));
+}
+
+// The launch's start: false when an earlier launch's wait expired (the
+// block must then call end() and return).
+KF_DEVICE bool begin(void *area, float *scratch) {
+  if (threadIdx.x == 0) {
+    state.area = area;
+    state.scratch = scratch;
+    const sync::Sync s{area, 0};
+    unsigned long long before = atomicAdd(sync::counter(s, 0), 1ull);
+    state.epoch = before / gridDim.x;
+  }
+  __syncthreads();
+  return sync::enter(sync_of());
+}
+
+KF_DEVICE void end() { sync::leave(sync_of()); }
+
+// One item, in a function of its own: ptxas then allocates each phase's
+// registers alone (inlined into one body, Qwen2.5-7B's layer at width 2
+// spilled 28 bytes at the 255-register cap, though no phase does alone).
+template <class Run> __noinline__ KF_DEVICE void run_item(const Run &run) { run(); }
+
+// Phase `index` (counter 1 + index): `items` work items of a grid [gx, gy,
+// gz] of THREADS-thread blocks; prev_items: the previous phase's items (0:
+// the first phase); ksplit: the blocks that share a tile along x;
+// split_base: its tiles' counters. run() runs the template's entry.
+template <int THREADS, class Run>
+KF_DEVICE void phase(int index, int prev_items, int gx, int gy, int gz, int ksplit, int split_base,
+                     Run run) {
+  static_assert(THREADS % kWarpSize == 0, "whole warps");
+  const int items = gx * gy * gz;
+  if (threadIdx.x == 0) {
+    state.wait_counter = prev_items > 0 ? index : -1; // counter 1 + (index - 1)
+    state.wait_target = sync::target(state.epoch, prev_items, prev_items);
+    state.split_base = split_base;
+  }
+  const int tiles = gx / ksplit;
+  unsigned done = 0;
+  for (int i = (int)blockIdx.x; i < items; i += (int)gridDim.x) {
+    __syncthreads(); // the last item is done with shared memory and layer::item
+    if (threadIdx.x == 0) {
+      if (ksplit > 1) {
+        item.x = i % tiles * ksplit + (ksplit - 1 - i / tiles);
+        item.y = item.z = 0;
+      } else {
+        item.x = i % gx;
+        item.y = i / gx % gy;
+        item.z = i / (gx * gy);
+      }
+      item.grid_x = gx;
+    }
+    __syncthreads();
+    if (THREADS >= KF_MONO_THREADS || (int)threadIdx.x < THREADS)
+      run_item(run);
+    ++done;
+  }
+  if (done > 0)
+    sync::arrive(sync_of(), 1 + index, done);
+}
+
+} // namespace layer
+} // namespace kf
+
+#endif // KF_LAYER_CUH
