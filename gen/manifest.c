@@ -106,6 +106,8 @@ static cJSON *kernel_json(const kf_manifest_kernel *k) {
     add_dims(launch, "cluster", l->cluster);
   if (l->cooperative)
     cJSON_AddTrueToObject(launch, "cooperative");
+  if (l->persistent)
+    cJSON_AddTrueToObject(launch, "persistent");
   if (k->nbuffers) {
     cJSON *bufs = cJSON_AddArrayToObject(e, "buffers");
     for (size_t i = 0; i < k->nbuffers; i++) {
@@ -184,6 +186,7 @@ static void load_launch(const cJSON *l, kf_manifest_launch *out) {
   out->programmatic = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "programmatic"));
   out->one_wave = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "one_wave"));
   out->cooperative = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "cooperative"));
+  out->persistent = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "persistent"));
 }
 
 void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t bytes, int zero_once) {

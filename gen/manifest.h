@@ -30,6 +30,8 @@ typedef struct {
   int64_t max_blocks_per_sm; /* 0: no cap (not written) */
   int64_t cluster[3];        /* {1, 1, 1}: no cluster (not written) */
   int cooperative;           /* every block resident at once (not written when 0) */
+  int persistent;            /* grid[0] is a cap: the runtime launches as many blocks as the
+                                device holds at once, at most grid[0] (not written when 0) */
 } kf_manifest_launch;
 
 /* A buffer the kernel takes besides its operands (the schema's "buffers",

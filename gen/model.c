@@ -308,6 +308,7 @@ static void kernel_free(kf_kernel_desc *k) {
   free(k->kind);
   free(k->values);
   free(k->source_file);
+  free(k->phases);
 }
 
 /* ---- families ---- */
@@ -338,8 +339,8 @@ static int load_family(loader *L, const kf_model *m, const char *name, family *f
     L->errors++;
     return -1;
   }
-  static const char *const members[] = {"family",  "shape_fields", "optional_fields",
-                                        "kernels", "description",  NULL};
+  static const char *const members[] = {
+      "family", "shape_fields", "optional_fields", "kernels", "description", "layers", NULL};
   int errors = 0;
   if (!cJSON_IsObject(f->root)) {
     kf_error(f->path, "", "a family preset must be a JSON object");
@@ -791,6 +792,150 @@ static void parse_kernels(loader *L, kf_model *m, const cJSON *root, const famil
     qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
 }
 
+/* ---- layer kinds ---- */
+
+/* The sync area and split scratch of a layer kernel (kf_layer.cuh) are its
+ * arguments after the phases' and before rows. */
+static void push_arg(kf_template *t, const char *name, const char *type, int size) {
+  t->args = kf_xpush(t->args, t->nargs, sizeof *t->args);
+  t->args[t->nargs++] = (kf_arg_spec){kf_xstrdup(name), kf_xstrdup(type), size};
+}
+
+/* A layer kind of the family's "layers": {"kind": K, "phases": [kinds in the
+ * chain's order]}. Its schema is made here from its phases' (docs/contracts.md,
+ * "Layer kinds"): their parameters as "<kind>.<PARAM>", their arguments as
+ * "<kind>_<arg>" (rows once, last), their buffers likewise, plus the sync
+ * area and the split scratch. plan.c computes its launch per width. */
+static void parse_layer(loader *L, kf_model *m, const char *file, const cJSON *e, int index) {
+  char *p = kf_xasprintf("layers[%d]", index);
+  static const char *const members[] = {"kind", "phases", "description", NULL};
+  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(e, "kind");
+  const cJSON *phases = cJSON_GetObjectItemCaseSensitive(e, "phases");
+  if (!cJSON_IsObject(e) || kf_json_check_members(file, p, e, members) || !cJSON_IsString(kind) ||
+      !cJSON_IsArray(phases) || cJSON_GetArraySize(phases) < 1) {
+    kf_error(file, p, "must be {\"kind\": NAME, \"phases\": [kinds, in order]}");
+    L->errors++;
+    free(p);
+    return;
+  }
+  kf_template *t = kf_xcalloc(1, sizeof *t);
+  t->name = kf_xstrdup("layer");
+  t->path = kf_xstrdup(file);
+  t->header = kf_xstrdup("kf_layer.cuh");
+  t->entry = kf_xstrdup("kf::layer::phase");
+  t->cooperative = 1;
+  t->max_width = KF_MAX_WIDTH;
+  for (int d = 0; d < 3; d++) {
+    t->grid[d] = kf_xstrdup("1");
+    t->block[d] = kf_xstrdup("1");
+    t->cluster[d] = kf_xstrdup("1");
+  }
+  t->shared_bytes = kf_xstrdup("0");
+  t->max_blocks_per_sm = kf_xstrdup("0");
+  L->templates = kf_xpush(L->templates, L->ntemplates, sizeof *L->templates);
+  L->templates[L->ntemplates++] = t;
+
+  kf_kernel_desc k = {0};
+  k.kind = kf_xstrdup(kind->valuestring);
+  k.tmpl = t;
+  k.source_file = kf_xstrdup(file);
+  k.nphases = (size_t)cJSON_GetArraySize(phases);
+  k.phases = kf_xcalloc(k.nphases, sizeof *k.phases);
+  size_t nvalues = 0;
+  int bad = 0;
+  for (size_t i = 0; i < k.nphases; i++) {
+    const cJSON *ph = cJSON_GetArrayItem(phases, (int)i);
+    const kf_kernel_desc *pk = NULL;
+    for (size_t j = 0; cJSON_IsString(ph) && j < m->nkernels; j++)
+      if (!strcmp(m->kernels[j].kind, ph->valuestring))
+        pk = &m->kernels[j];
+    if (!pk || pk->nphases) {
+      kf_error(file, p, "phase %zu: %s is not a kernel kind of the model", i,
+               cJSON_IsString(ph) ? ph->valuestring : "(not a string)");
+      bad = 1;
+      break;
+    }
+    if (!pk->tmpl->layer_shared_bytes) {
+      kf_error(file, p,
+               "phase %zu: template %s (kind %s) has no launch.layer_shared_bytes: it "
+               "cannot run inside a layer kernel (%s)",
+               i, pk->tmpl->name, pk->kind, pk->tmpl->path);
+      bad = 1;
+      break;
+    }
+    k.phases[i] = pk;
+    nvalues += pk->tmpl->nparams;
+  }
+  if (bad) {
+    L->errors++;
+    kernel_free(&k);
+    free(p);
+    return;
+  }
+  t->params = kf_xcalloc(nvalues ? nvalues : 1, sizeof *t->params);
+  k.values = kf_xcalloc(nvalues ? nvalues : 1, sizeof *k.values);
+  for (size_t i = 0; i < k.nphases; i++) {
+    const kf_kernel_desc *pk = k.phases[i];
+    const kf_template *pt = pk->tmpl;
+    for (size_t j = 0; j < pt->nparams; j++) {
+      t->params[t->nparams] = pt->params[j];
+      t->params[t->nparams].name = kf_xasprintf("%s.%s", pk->kind, pt->params[j].name);
+      t->params[t->nparams].one_of = NULL;
+      t->params[t->nparams].n_one_of = 0;
+      k.values[t->nparams++] = pk->values[j];
+    }
+    for (size_t j = 0; j < pt->nargs; j++)
+      if (strcmp(pt->args[j].name, "rows") != 0) {
+        char *name = kf_xasprintf("%s_%s", pk->kind, pt->args[j].name);
+        push_arg(t, name, pt->args[j].type, pt->args[j].size);
+        free(name);
+      }
+    for (size_t b = 0; b < pt->nbuffers; b++) {
+      t->buffers = kf_xpush(t->buffers, t->nbuffers, sizeof *t->buffers);
+      t->buffers[t->nbuffers++] =
+          (kf_buffer_spec){kf_xasprintf("%s_%s", pk->kind, pt->buffers[b].arg),
+                           kf_xstrdup(pt->buffers[b].bytes), pt->buffers[b].zero_once};
+    }
+    if (pt->max_width < t->max_width)
+      t->max_width = pt->max_width;
+  }
+  push_arg(t, "layer_sync", "int*", 8);
+  push_arg(t, "layer_scratch", "float*", 8);
+  push_arg(t, "rows", "int", 4);
+  t->buffers = kf_xpush(t->buffers, t->nbuffers, sizeof *t->buffers);
+  t->buffers[t->nbuffers++] = (kf_buffer_spec){kf_xstrdup("layer_sync"), kf_xstrdup("0"), 1};
+  t->buffers = kf_xpush(t->buffers, t->nbuffers, sizeof *t->buffers);
+  t->buffers[t->nbuffers++] = (kf_buffer_spec){kf_xstrdup("layer_scratch"), kf_xstrdup("0"), 0};
+  if (t->nargs > KF_MAX_ARGS) {
+    kf_error(file, p, "the layer takes %zu arguments; at most %d", t->nargs, KF_MAX_ARGS);
+    L->errors++;
+    kernel_free(&k);
+    free(p);
+    return;
+  }
+  m->kernels[m->nkernels++] = k; /* parse_layers made room */
+  free(p);
+}
+
+/* The family's "layers", after its kernels; phases point into m->kernels,
+ * so the layers are added last and the kernels are not sorted again (a layer
+ * kind's position among the kinds is the family's order, after them). */
+static void parse_layers(loader *L, kf_model *m, const family *fam) {
+  const cJSON *ls = fam->root ? cJSON_GetObjectItemCaseSensitive(fam->root, "layers") : NULL;
+  if (!ls)
+    return;
+  if (!cJSON_IsArray(ls)) {
+    kf_error(fam->path, "layers", "must be an array of {\"kind\", \"phases\"}");
+    L->errors++;
+    return;
+  }
+  size_t base = m->nkernels, n = (size_t)cJSON_GetArraySize(ls);
+  /* room for all first: the phases point into the array */
+  m->kernels = kf_xrealloc(m->kernels, (base + n) * sizeof *m->kernels);
+  for (int i = 0; i < (int)n; i++)
+    parse_layer(L, m, fam->path, cJSON_GetArrayItem(ls, i), i);
+}
+
 /* ---- model-level rules ---- */
 
 /* The element types the templates implement: their arguments are kf_bf16
@@ -948,6 +1093,8 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
     check_widths_served(&L, m);
     check_launches(&L, m);
   }
+  if (!L.errors)
+    parse_layers(&L, m, &fam);
   if (fam.root)
     cJSON_Delete(fam.root);
   free(fam.path);

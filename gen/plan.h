@@ -22,6 +22,7 @@ typedef struct {
   int64_t max_blocks_per_sm; /* the template's launch.max_blocks_per_sm on NVIDIA arches, else 0 */
   int one_wave;              /* the template's launch.one_wave on NVIDIA arches, else 0 */
   int cooperative;           /* the template's launch.cooperative */
+  int persistent;            /* a layer kernel: the runtime sizes grid[0] (a cap) to the device */
   int64_t *buffer_bytes;     /* one per kernel->tmpl->buffers, for this width */
   kf_limits limits;          /* template, then description, then kernel entry (resources.h) */
 } kf_instance;

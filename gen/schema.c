@@ -40,6 +40,7 @@ void kf_template_free(kf_template *t) {
   }
   free(t->shared_bytes);
   free(t->max_blocks_per_sm);
+  free(t->layer_shared_bytes);
   for (size_t i = 0; i < t->nbuffers; i++) {
     free(t->buffers[i].arg);
     free(t->buffers[i].bytes);
@@ -561,9 +562,16 @@ static int parse_launch_flag(const kf_template *t, const cJSON *launch, const ch
 }
 
 static int parse_launch(kf_template *t, const cJSON *launch) {
-  static const char *const members[] = {"grid",         "block",       "shared_bytes",
-                                        "programmatic", "cluster",     "max_blocks_per_sm",
-                                        "one_wave",     "cooperative", NULL};
+  static const char *const members[] = {"grid",
+                                        "block",
+                                        "shared_bytes",
+                                        "programmatic",
+                                        "cluster",
+                                        "max_blocks_per_sm",
+                                        "one_wave",
+                                        "cooperative",
+                                        "layer_shared_bytes",
+                                        NULL};
   if (!cJSON_IsObject(launch)) {
     kf_error(t->path, "launch", "must be an object with grid, block and shared_bytes");
     return 1;
@@ -575,6 +583,9 @@ static int parse_launch(kf_template *t, const cJSON *launch) {
   const cJSON *mb = cJSON_GetObjectItemCaseSensitive(launch, "max_blocks_per_sm");
   t->max_blocks_per_sm =
       mb ? launch_expr(t->path, "launch.max_blocks_per_sm", mb, &errors) : kf_xstrdup("0");
+  const cJSON *ls = cJSON_GetObjectItemCaseSensitive(launch, "layer_shared_bytes");
+  if (ls)
+    t->layer_shared_bytes = launch_expr(t->path, "launch.layer_shared_bytes", ls, &errors);
   errors += parse_launch_flag(t, launch, "programmatic", &t->programmatic);
   errors += parse_launch_flag(t, launch, "one_wave", &t->one_wave);
   errors += parse_launch_flag(t, launch, "cooperative", &t->cooperative);

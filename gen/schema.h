@@ -52,25 +52,32 @@ typedef struct kf_template {
   kf_arg_spec *args;
   size_t nargs;
   char *grid[3], *block[3], *shared_bytes; /* expressions over params and W */
-  char *cluster[3];        /* launch.cluster: blocks per thread-block cluster ("1" when absent) */
-  int programmatic;        /* launch.programmatic: written for programmatic dependent launch */
-  char *max_blocks_per_sm; /* launch.max_blocks_per_sm ("0" when absent: no cap) */
-  int one_wave;            /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
-  int cooperative;         /* launch.cooperative: every block resident at once (the runtime
-                              checks occupancy at load and launches cooperatively) */
-  kf_buffer_spec *buffers; /* "buffers", in schema order */
+  char *cluster[3];         /* launch.cluster: blocks per thread-block cluster ("1" when absent) */
+  int programmatic;         /* launch.programmatic: written for programmatic dependent launch */
+  char *max_blocks_per_sm;  /* launch.max_blocks_per_sm ("0" when absent: no cap) */
+  int one_wave;             /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
+  int cooperative;          /* launch.cooperative: every block resident at once (the runtime
+                               checks occupancy at load and launches cooperatively) */
+  char *layer_shared_bytes; /* launch.layer_shared_bytes: the dynamic shared memory one of its
+                               blocks needs as a phase of a layer kernel (kf_layer.cuh); NULL
+                               when absent: the template cannot be a phase */
+  kf_buffer_spec *buffers;  /* "buffers", in schema order */
   size_t nbuffers;
   int max_width;         /* widths served: 1..max_width (KF_MAX_WIDTH when not given) */
   kf_limits_spec limits; /* "limits": resource limits of its kernels (resources.h) */
 } kf_template;
 
 /* One kernel of a description: a template and the values of its parameters. */
-typedef struct {
+typedef struct kf_kernel_desc_s {
   char *kind;
   kf_template *tmpl;
   kf_value *values;      /* one per tmpl->params, in schema order */
   char *source_file;     /* description or family file that defined it */
   kf_limits_spec limits; /* the entry's "limits" (resources.h) */
+  /* A layer kind (the family's "layer"): the kinds it runs as phases, in
+   * order; tmpl is then a schema made for it (model.c) */
+  const struct kf_kernel_desc_s **phases;
+  size_t nphases;
 } kf_kernel_desc;
 
 /* Loads <name>.json from the first directory of dirs that holds one and

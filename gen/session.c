@@ -164,6 +164,7 @@ int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *a
     l->one_wave = in->one_wave;
     l->max_blocks_per_sm = in->max_blocks_per_sm;
     l->cooperative = in->cooperative;
+    l->persistent = in->persistent;
     const kf_template *t = in->kernel->tmpl;
     for (size_t b = 0; b < t->nbuffers; b++)
       kf_manifest_add_buffer(e, t->buffers[b].arg, in->buffer_bytes[b], t->buffers[b].zero_once);
