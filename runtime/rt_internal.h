@@ -175,6 +175,8 @@ typedef struct rt_kdesc {
   unsigned max_blocks; /* launch.max_blocks_per_sm, 0 when absent */
   int one_wave;        /* launch.one_wave: at most ceil(blocks / SMs) blocks per SM */
   int cooperative;     /* launch.cooperative: every block resident at once, checked at load */
+  int persistent;      /* launch.persistent: grid[0] is a cap; the launch has as many blocks as
+                          the device holds at once (kf_kernel.grid), at most grid[0] */
   int nbuffers;
   rt_buffer *buffers; /* "buffers", each arg checked against params at rt_manifest_finish */
 } rt_kdesc;
@@ -362,10 +364,11 @@ struct kf_kernel {
   pthread_mutex_t mu; /* guards loading and meta reading */
   void *module;       /* valid once state is RT_LOADED */
   void *function;
-  unsigned shared; /* a launch's dynamic shared memory (d->shared, or more to
-                      keep max_blocks_per_sm / one_wave), once RT_LOADED */
-  rt_err load_err; /* why loading failed, when RT_FAILED */
-  int meta_read;   /* res valid (under mu) */
+  unsigned shared;  /* a launch's dynamic shared memory (d->shared, or more to
+                       keep max_blocks_per_sm / one_wave), once RT_LOADED */
+  unsigned grid[3]; /* a launch's grid: d->grid, or a persistent kernel's, once RT_LOADED */
+  rt_err load_err;  /* why loading failed, when RT_FAILED */
+  int meta_read;    /* res valid (under mu) */
   kf_resources res;
   rt_slot err;
 };

@@ -35,7 +35,6 @@ static unsigned blocks_per_sm_cap(const rt_driver *drv, const rt_kdesc *d) {
 static kf_status check_coresident(kf_kernel *k, rt_err *err) {
   rt_driver *drv = &k->rt->drv;
   const rt_kdesc *d = k->d;
-  const unsigned long long blocks = (unsigned long long)d->grid[0] * d->grid[1] * d->grid[2];
   const unsigned threads = d->block[0] * d->block[1] * d->block[2];
   int per_sm = 0;
   kf_status st = drv->occupancy(drv, k->function, threads, k->shared, &per_sm, err);
@@ -46,6 +45,12 @@ static kf_status check_coresident(kf_kernel *k, rt_err *err) {
                       "kernel %s: cooperative, cannot check co-residency: the %s did not give "
                       "the device's multiprocessor count",
                       d->id, drv->api);
+  /* a persistent kernel takes what the device holds, up to its cap */
+  if (d->persistent && per_sm > 0) {
+    const unsigned long long fit = (unsigned long long)per_sm * (unsigned)drv->sm_count;
+    k->grid[0] = fit < d->grid[0] ? (unsigned)fit : d->grid[0];
+  }
+  const unsigned long long blocks = (unsigned long long)k->grid[0] * k->grid[1] * k->grid[2];
   if ((unsigned long long)per_sm * (unsigned)drv->sm_count < blocks)
     return rt_err_set(err, KF_ERR_CORESIDENCY,
                       "kernel %s: cooperative, its grid of %llu blocks cannot be resident at once: "
@@ -60,6 +65,7 @@ static kf_status check_coresident(kf_kernel *k, rt_err *err) {
 static kf_status load_image(kf_kernel *k, char *image, rt_err *err) {
   kf_runtime *rt = k->rt;
   const rt_kdesc *d = k->d;
+  memcpy(k->grid, d->grid, sizeof k->grid);
   kf_status st = rt->drv.load(&rt->drv, image, d->symbol, d->shared, blocks_per_sm_cap(&rt->drv, d),
                               &k->module, &k->function, &k->shared, err);
   free(image);
@@ -227,7 +233,7 @@ kf_status kf_kernel_launch(kf_kernel *k, void *stream, const kf_arg *args, size_
     }
   }
   if (rt_kernel_load(k, &err) != KF_OK ||
-      k->rt->drv.launch(&k->rt->drv, k->function, d->grid, d->block, k->shared,
+      k->rt->drv.launch(&k->rt->drv, k->function, k->grid, d->block, k->shared,
                         (d->programmatic ? RT_LAUNCH_PROGRAMMATIC : 0u) |
                             (d->cooperative ? RT_LAUNCH_COOPERATIVE : 0u),
                         stream, params, &err) != KF_OK) {
@@ -298,16 +304,15 @@ kf_status kf_kernel_launch_config(const kf_kernel *k, unsigned grid[3], unsigned
     rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_kernel_launch_config: kernel is NULL");
     return rt_tls_record(&err);
   }
-  if (grid)
-    memcpy(grid, k->d->grid, sizeof k->d->grid);
+  const int loaded = atomic_load_explicit(&k->state, memory_order_acquire) == RT_LOADED;
+  if (grid) /* a persistent kernel's, once loaded: the blocks its launches have */
+    memcpy(grid, loaded ? k->grid : k->d->grid, sizeof k->grid);
   if (block)
     memcpy(block, k->d->block, sizeof k->d->block);
   /* loaded: what the launches pass (max_blocks_per_sm and one_wave may add to
    * the manifest's); before, the manifest's, which launches correctly too */
   if (shared_bytes)
-    *shared_bytes = atomic_load_explicit(&k->state, memory_order_acquire) == RT_LOADED
-                        ? k->shared
-                        : k->d->shared;
+    *shared_bytes = loaded ? k->shared : k->d->shared;
   return KF_OK;
 }
 

@@ -453,6 +453,10 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
   if (co && !cJSON_IsBool(co))
     return bad(c, "cooperative", "must be true or false");
   k->cooperative = cJSON_IsTrue(co);
+  const cJSON *pe = cJSON_GetObjectItemCaseSensitive(launch, "persistent");
+  if (pe && !cJSON_IsBool(pe))
+    return bad(c, "persistent", "must be true or false");
+  k->persistent = cJSON_IsTrue(pe);
   c->sub = NULL;
   if (f[F_BUFFERS] && (st = parse_buffers(c, f[F_BUFFERS], k)) != KF_OK)
     return st;

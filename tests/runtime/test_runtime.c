@@ -1362,6 +1362,58 @@ KF_TEST(launch__cooperative_kernels_that_fit_launch_with_the_cooperative_attribu
   unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
 }
 
+KF_TEST(launch__persistent_kernels_take_the_blocks_the_device_holds_up_to_their_cap) {
+  char *man,
+      *cache = cooperative_cache("sm_90a", "\"cooperative\": true, \"persistent\": true", &man);
+  kf_runtime *rt = NULL;
+  kf_kernel *attn = NULL;
+  uintptr_t x = 0x1000;
+  int rows = 8;
+  kf_arg args[] = {{&x, 8}, {&rows, 4}};
+  unsigned grid[3], block[3], shared;
+  fq_launch l;
+  fresh();
+  /* 3 SMs holding 2 each: 6 of the cap's 8 blocks */
+  setenv("FAKE_CUDA_SMS", "3", 1);
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "attn", 8, &attn) == KF_OK);
+  KF_CHECK(kf_kernel_launch_config(attn, grid, block, &shared) == KF_OK);
+  KF_CHECK(grid[0] == 6 && grid[1] == 1 && grid[2] == 1 && block[0] == 256);
+  KF_CHECK(kf_kernel_launch(attn, NULL, args, 2) == KF_OK);
+  fq_last(FAKE_CUDA_PATH, &l);
+  KF_CHECK(l.grid[0] == 6);
+  KF_CHECK(fq_stat(FAKE_CUDA_PATH, "cooperative_launches") == 1);
+  kf_runtime_close(rt);
+  /* 8 SMs holding 2 each: the cap */
+  setenv("FAKE_CUDA_SMS", "8", 1);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "attn", 8, &attn) == KF_OK);
+  KF_CHECK(kf_kernel_launch(attn, NULL, args, 2) == KF_OK);
+  fq_last(FAKE_CUDA_PATH, &l);
+  KF_CHECK(l.grid[0] == 8);
+  kf_runtime_close(rt);
+  /* no block fits an SM: refused, not launched with none */
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "0", 1);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_CORESIDENCY && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "0 blocks per SM");
+  drop_cache(cache);
+  free(man);
+  unsetenv("FAKE_CUDA_SMS");
+  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
+}
+
+KF_TEST(open__refuses_a_persistent_flag_that_is_not_a_boolean) {
+  char *man, *cache = cooperative_cache("sm_90a", "\"cooperative\": true, \"persistent\": 1", &man);
+  kf_runtime *rt = NULL;
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) != KF_OK && rt == NULL);
+  KF_CHECK_CONTAINS(kf_last_error(), "persistent");
+  KF_CHECK_CONTAINS(kf_last_error(), "must be true or false");
+  drop_cache(cache);
+  free(man);
+}
+
 KF_TEST(launch__cooperative_and_programmatic_kernels_carry_both_attributes) {
   char *man,
       *cache = cooperative_cache("sm_90a", "\"programmatic\": true, \"cooperative\": true", &man);
