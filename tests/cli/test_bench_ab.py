@@ -134,10 +134,12 @@ class Variants(unittest.TestCase):
                         "qkv_proj.LATE_SLOTS=0", QWEN)
             self.assertEqual(r.returncode, 0, r.stderr)
             a, b = keys(shipped), keys(r)
-            self.assertEqual(len(a), 32)
+            self.assertEqual(len(a), 36)  # eight kinds and the layer kind, four widths
             self.assertEqual(set(a), set(b))
+            # qkv_proj, and the layer kernels that run it as a phase
             self.assertEqual(sorted(k for k in a if a[k] != b[k]),
-                             [f"qwen3-0.6b/qkv_proj/w{w}/sm_90a" for w in (1, 2, 4, 8)])
+                             sorted(f"qwen3-0.6b/{kind}/w{w}/sm_90a" for w in (1, 2, 4, 8)
+                                    for kind in ("qkv_proj", "layer")))
             with open(os.path.join(d, "v", "descriptions", "qwen3-0.6b.json")) as f:
                 desc = json.load(f)
             self.assertEqual(desc["family"], "qwen3")

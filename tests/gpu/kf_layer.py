@@ -408,6 +408,64 @@ def run_attention(ks, s, w, buf, kv, x, residual, positions, slots, stream=None)
     return buf.h2
 
 
+def layer_phase_args(s, w, buf, kv, x, residual, positions, slots):
+    """{kind: {argument: value}} of the eight kernels of run_layer, in order."""
+    return {
+        "input_norm": dict(x=x, residual=residual, weight=w.in_norm, out=buf.h),
+        "qkv_proj": dict(x=buf.h, w=w.qkv, bias=w.qkv_bias, y=buf.qkv),
+        "rope_kv_write": dict(qkv=buf.qkv, positions=positions, slots=slots, q_norm_w=w.q_norm,
+                              k_norm_w=w.k_norm, q_out=buf.q, k_cache=kv.k, v_cache=kv.v),
+        "decode_attention": dict(q=buf.q, k_cache=kv.k, v_cache=kv.v,
+                                 block_tables=kv.block_tables,
+                                 block_table_stride=kv.block_tables.shape[1],
+                                 seq_lens=kv.seq_lens, out=buf.attn, workspace=buf.ws,
+                                 semaphores=buf.sem),
+        "o_proj": dict(x=buf.attn, w=w.o, y=buf.o),
+        "post_attn_norm": dict(x=buf.o, residual=residual, weight=w.post_norm, out=buf.h2),
+        "gate_up_proj": dict(x=buf.h2, w=w.gate_up, out=buf.act),
+        "down_proj": dict(x=buf.act, w=w.down, y=buf.mlp),
+    }
+
+
+class LayerKernelState:
+    """What a layer kernel (kind "layer") takes besides the phases' operands:
+    its buffers as Kernel.buffers gives them; the sync area zeroed once, the
+    rest (attention's workspace, the split scratch) poisoned with NaN."""
+
+    def __init__(self, k):
+        self.k = k
+        self.bufs = {}
+        for b in k.buffers:
+            n = (b.bytes + 3) // 4
+            if b.zero_once:
+                self.bufs[b.arg] = torch.zeros(n, dtype=torch.int32, device="cuda")
+            else:
+                self.bufs[b.arg] = torch.full((n,), float("nan"), dtype=torch.float32,
+                                              device="cuda")
+
+    def status(self):
+        """(state, counter, block, target, seen, epoch) of the sync area's
+        status line (kf_sync.cuh)."""
+        line = self.bufs["layer_sync"][:32].cpu()
+        u64 = line.view(torch.int64)
+        return (int(line[0]), int(line[1]), int(line[2]), int(u64[2]), int(u64[3]), int(u64[4]))
+
+
+def run_layer_kernel(lk, s, w, buf, kv, x, residual, positions, slots, stream=None):
+    """One dense decoder layer through the layer kernel lk (a
+    LayerKernelState): the operands of run_layer's kernels, each named
+    <kind>_<argument>; returns buf.mlp."""
+    named = {}
+    for kind, args in layer_phase_args(s, w, buf, kv, x, residual, positions, slots).items():
+        for name, v in args.items():
+            named[f"{kind}_{name}"] = v
+    # the layer's own buffers; attention's workspace and semaphores are the
+    # layer's (its buffers, sized for its width)
+    named.update(lk.bufs)
+    call(lk.k, stream, **named)
+    return buf.mlp
+
+
 def run_layer(ks, s, w, buf, kv, x, residual, positions, slots, stream=None):
     """One dense decoder layer through the eight kernels (run_attention, then
     the MLP); returns buf.mlp (this layer's MLP output)."""

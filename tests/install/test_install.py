@@ -238,7 +238,7 @@ class Installed(unittest.TestCase):
         # the family preset comes from the prefix too, and keys do not depend
         # on where the templates are: the build tree's kforge agrees
         keys = run([kforge, "keys", "fam.json"], cwd=work, env=env).stdout
-        self.assertEqual(len(keys.splitlines()), 8, keys)
+        self.assertEqual(len(keys.splitlines()), 9, keys)  # eight kinds and the layer kind
         same = run([BUILD_KFORGE, "keys", "fam.json"], cwd=work, env=env).stdout
         self.assertEqual(keys, same)
 

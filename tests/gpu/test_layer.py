@@ -1,0 +1,103 @@
+"""GPU tests of the layer kernels (kind "layer", templates/kf_layer.cuh): one
+launch per dense decoder layer must give the same bits as the eight-kernel
+chain on the same inputs, at every width and every row count it serves, in
+every output (the MLP output, the residual, the K/V cache slots and each
+phase's intermediate buffer), launch after launch on the same sync area.
+
+Environment as tests/gpu/kf_layer.py (KFORGE_TEST_CACHE, KF_TEST_MODELS).
+Run: python3 tests/gpu/test_layer.py
+"""
+import os
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kf_layer as L  # noqa: E402
+
+LONG = int(os.environ.get("KF_LAYER_TEST_LONG", "1500"))  # one row's history, in tokens
+
+
+def inputs(s, width, rows, gen):
+    """Random step inputs for `rows` rows (pad rows up to the width poisoned),
+    with histories of random lengths: short ones, one over many pages."""
+    lengths = [int(torch.randint(1, 200, (1,), generator=gen).item()) for _ in range(rows)]
+    lengths[0] = LONG
+    kv = L.PagedKV(s, lengths, gen=torch.Generator(device="cuda").manual_seed(
+        int(torch.randint(0, 1 << 30, (1,), generator=gen).item())))
+    x = L.poisoned(width, s.hidden)
+    residual = L.poisoned(width, s.hidden)
+    x[:rows] = L.randn(rows, s.hidden)
+    residual[:rows] = L.randn(rows, s.hidden)
+    return kv, x, residual
+
+
+def outputs(buf, kv, residual, rows):
+    names = ["h", "qkv", "q", "attn", "o", "h2", "act", "mlp"]
+    out = {n: getattr(buf, n)[:rows].clone() for n in names}
+    out["residual"] = residual[:rows].clone()
+    out["k_cache"] = kv.k.clone()
+    out["v_cache"] = kv.v.clone()
+    return out
+
+
+def first_difference(a, b):
+    """(flat index, a value, b value) of the first differing bits, or None."""
+    ai, bi = a.view(torch.int16).flatten(), b.view(torch.int16).flatten()
+    ne = (ai != bi).nonzero()
+    if ne.numel() == 0:
+        return None
+    i = ne[0].item()
+    return i, a.flatten()[i].item(), b.flatten()[i].item()
+
+
+class LayerKernelTest(unittest.TestCase):
+    def test_bitwise_equal_to_the_chain(self):
+        gen = torch.Generator().manual_seed(7)
+        checked = 0
+        for model in L.MODELS:
+            s = L.Shape(model)
+            rt = L.open_runtime(model)
+            w = L.LayerWeights(s, gen=torch.Generator(device="cuda").manual_seed(11))
+            for width in s.widths:
+                # one sync area for every launch of this width: epochs go on
+                lk = L.LayerKernelState(rt.kernel("layer", width))
+                lo = 1 if width == 1 else width // 2 + 1
+                for rows in range(lo, width + 1):
+                    with self.subTest(model=model, width=width, rows=rows):
+                        lk.k = rt.kernel("layer", rows)
+                        ks = {kind: rt.kernel(kind, rows) for kind in L.KINDS}
+                        self.assertEqual(lk.k.width, width)
+                        for kind, k in ks.items():
+                            self.assertEqual(k.width, width, kind)
+                        kv, x, residual = inputs(s, width, rows, gen)
+                        pos, slots = kv.positions(), kv.slots_for_last_token()
+                        k0, v0, r0 = kv.k.clone(), kv.v.clone(), residual.clone()
+                        buf = L.LayerBuffers(s, width)
+                        L.run_layer(ks, s, w, buf, kv, x, residual, pos, slots)
+                        torch.cuda.synchronize()
+                        want = outputs(buf, kv, residual, rows)
+                        self.assertFalse(L.is_poison(want["mlp"]))
+                        for launch in range(2):  # the sync area's epochs 2n, 2n + 1
+                            kv.k.copy_(k0)
+                            kv.v.copy_(v0)
+                            residual.copy_(r0)
+                            buf = L.LayerBuffers(s, width)
+                            L.run_layer_kernel(lk, s, w, buf, kv, x, residual, pos, slots)
+                            torch.cuda.synchronize()
+                            self.assertEqual(lk.status()[0], 0, f"a wait expired: {lk.status()}")
+                            got = outputs(buf, kv, residual, rows)
+                            for name in want:
+                                d = first_difference(got[name], want[name])
+                                self.assertIsNone(
+                                    d, f"{model} w{width} rows {rows} launch {launch}: {name} "
+                                       f"differs first at {d} (layer, chain)")
+                        checked += 1
+            print(f"{model}: layer kernel bitwise equal to the chain at widths {s.widths}",
+                  flush=True)
+        self.assertGreater(checked, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
