@@ -98,6 +98,78 @@ class LayerKernelTest(unittest.TestCase):
                   flush=True)
         self.assertGreater(checked, 0)
 
+    def one_step(self, model="qwen3-0.6b", rows=3):
+        s = L.Shape(model)
+        rt = L.open_runtime(model)
+        w = L.LayerWeights(s, gen=torch.Generator(device="cuda").manual_seed(5))
+        k = rt.kernel("layer", rows)
+        kv, x, residual = inputs(s, k.width, rows, torch.Generator().manual_seed(9))
+        return s, rt, w, k, kv, x, residual
+
+    def test_an_expired_wait_is_reported_and_the_launch_returns(self):
+        """A sync area whose entry count says epoch 5 while its counters say 0:
+        the second phase's wait can never be met; the launch must return, the
+        status line name the counter, and later launches do nothing until the
+        area is zeroed, after which the kernel is right again."""
+        s, rt, w, k, kv, x, residual = self.one_step()
+        lk = L.LayerKernelState(k)
+        blocks = k.launch_config["grid"][0]
+        self.assertGreater(blocks, 0)
+        sync64 = lk.bufs["layer_sync"].view(torch.int64)
+        sync64[2 * 16] = 5 * blocks  # counter 0 (line 2): the blocks that entered
+        pos, slots = kv.positions(), kv.slots_for_last_token()
+        buf = L.LayerBuffers(s, k.width)
+        L.run_layer_kernel(lk, s, w, buf, kv, x, residual.clone(), pos, slots)
+        torch.cuda.synchronize()
+        state, counter, block, target, seen, epoch = lk.status()
+        self.assertEqual((state, counter, epoch), (1, 1, 5), lk.status())
+        self.assertLess(seen, target)
+        print(f"watchdog: counter {counter} reached {seen} of {target} (block {block}, epoch "
+              f"{epoch}); the launch returned", flush=True)
+        # a later launch leaves at once: nothing is written
+        buf = L.LayerBuffers(s, k.width)
+        L.run_layer_kernel(lk, s, w, buf, kv, x, residual.clone(), pos, slots)
+        torch.cuda.synchronize()
+        self.assertTrue(L.is_poison(buf.h) and L.is_poison(buf.mlp))
+        # zeroed again, it serves
+        lk.bufs["layer_sync"].zero_()
+        lk.bufs["decode_attention_semaphores"].zero_()
+        buf = L.LayerBuffers(s, k.width)
+        L.run_layer_kernel(lk, s, w, buf, kv, x, residual.clone(), pos, slots)
+        torch.cuda.synchronize()
+        self.assertEqual(lk.status()[0], 0)
+        self.assertFalse(L.is_poison(buf.mlp[:3]))
+
+    def test_completes_beside_a_kernel_that_occupies_the_gpu(self):
+        """A cooperative launch while another stream runs long matrix products:
+        the layer kernel completes (the driver makes its blocks co-resident)
+        and matches the chain run alone."""
+        s, rt, w, k, kv, x, residual = self.one_step()
+        lk = L.LayerKernelState(k)
+        ks = {kind: rt.kernel(kind, 3) for kind in L.KINDS}
+        pos, slots = kv.positions(), kv.slots_for_last_token()
+        k0, v0 = kv.k.clone(), kv.v.clone()
+        want_buf = L.LayerBuffers(s, k.width)
+        L.run_layer(ks, s, w, want_buf, kv, x, residual.clone(), pos, slots)
+        kv.k.copy_(k0)
+        kv.v.copy_(v0)
+        other = torch.cuda.Stream()
+        a = torch.randn(4096, 4096, device="cuda")
+        mine = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(other):
+            for _ in range(20):
+                a = torch.tanh(a @ a * 1e-3)
+        buf = L.LayerBuffers(s, k.width)
+        with torch.cuda.stream(mine):
+            L.run_layer_kernel(lk, s, w, buf, kv, x, residual.clone(), pos, slots, stream=mine)
+        done = torch.cuda.Event()
+        done.record(mine)
+        done.synchronize()
+        torch.cuda.synchronize()
+        self.assertEqual(lk.status()[0], 0, lk.status())
+        self.assertIsNone(first_difference(buf.mlp[:3], want_buf.mlp[:3]))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
