@@ -28,9 +28,14 @@ def expected_kernels(path, arch=None):
     with open(path) as f:
         desc = json.load(f)
     with open(os.path.join(SRC, "models", "families", desc["family"] + ".json")) as f:
-        kinds = {k["kind"] for k in json.load(f)["kernels"]}
+        fam = json.load(f)
+    kinds = {k["kind"] for k in fam["kernels"]}
     kinds |= {k["kind"] for k in desc.get("kernels", [])}
-    return len(kinds) * len(desc["widths"]) * (1 if arch else len(desc["arches"]))
+    # layer kinds: NVIDIA arches only (docs/contracts.md, "Layer kinds")
+    layers = len(fam.get("layers", []))
+    arches = [arch] if arch else desc["arches"]
+    return sum(len(desc["widths"]) * (len(kinds) + (0 if a.startswith("gfx") else layers))
+               for a in arches)
 
 
 HIPCC = shutil.which("hipcc") or ("/usr/bin/hipcc" if os.path.exists("/usr/bin/hipcc") else None)
