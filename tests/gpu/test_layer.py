@@ -156,13 +156,14 @@ class LayerKernelTest(unittest.TestCase):
         other = torch.cuda.Stream()
         a = torch.randn(4096, 4096, device="cuda")
         mine = torch.cuda.Stream()
+        buf = L.LayerBuffers(s, k.width)  # (poisoned here, before the streams part)
+        res = residual.clone()
         torch.cuda.synchronize()
         with torch.cuda.stream(other):
             for _ in range(20):
                 a = torch.tanh(a @ a * 1e-3)
-        buf = L.LayerBuffers(s, k.width)
         with torch.cuda.stream(mine):
-            L.run_layer_kernel(lk, s, w, buf, kv, x, residual.clone(), pos, slots, stream=mine)
+            L.run_layer_kernel(lk, s, w, buf, kv, x, res, pos, slots, stream=mine)
         done = torch.cuda.Event()
         done.record(mine)
         done.synchronize()
