@@ -2,7 +2,8 @@
 """sass_order: what each shipped kernel does before griddepcontrol.wait, in the
 machine code (SASS) ptxas emitted, against what its template may do there.
 
-Every shipped kernel is launched programmatically: it starts while the kernel
+Every shipped kernel but the layer kinds (persistent: their phases wait on
+counters, templates/kf_layer.cuh) is launched programmatically: it starts while the kernel
 before it still runs, and waits (griddepcontrol.wait, ACQBULK in SASS) before
 it touches what that kernel writes. The templates keep the order in their
 source, but ptxas schedules the machine code: it treats ld.global.nc as a read
@@ -91,6 +92,10 @@ def objects(cache):
             with open(os.path.join(dp, name)) as f:
                 manifest = json.load(f)
             for k in manifest["kernels"]:
+                # a layer kernel (persistent, not launched programmatically):
+                # its phases wait on counters, not on griddepcontrol
+                if k["launch"].get("persistent"):
+                    continue
                 if re.search(r"/sm_9\d", k["id"]):
                     yield k["id"], os.path.join(root, k["object"])
 
