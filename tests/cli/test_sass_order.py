@@ -76,7 +76,10 @@ class SassOrder(unittest.TestCase):
             os.makedirs(os.path.join(d, "v1", "manifests", "m"))
             os.makedirs(os.path.join(d, "v1", "objects", "ab", "abc"))  # stale: no manifest
             kernels = [{"id": "m/o_proj/w1/sm_90a", "object": "objects/cd/cd1/object.cubin"},
-                       {"id": "m/o_proj/w1/sm_100a", "object": "objects/ef/ef1/object.cubin"}]
+                       {"id": "m/o_proj/w1/sm_100a", "object": "objects/ef/ef1/object.cubin"},
+                       # a layer kernel: persistent, not programmatic, not checked
+                       {"id": "m/layer/w1/sm_90a", "object": "objects/12/121/object.cubin",
+                        "launch": {"persistent": True, "cooperative": True}}]
             with open(os.path.join(d, "v1", "manifests", "m", "sm_90a.json"), "w") as f:
                 json.dump({"kernels": kernels}, f)
             self.assertEqual(list(sass_order.objects(d)),

@@ -94,7 +94,7 @@ def objects(cache):
             for k in manifest["kernels"]:
                 # a layer kernel (persistent, not launched programmatically):
                 # its phases wait on counters, not on griddepcontrol
-                if k["launch"].get("persistent"):
+                if k.get("launch", {}).get("persistent"):
                     continue
                 if re.search(r"/sm_9\d", k["id"]):
                     yield k["id"], os.path.join(root, k["object"])
