@@ -54,31 +54,9 @@ __shared__ State state;
 
 KF_DEVICE sync::Sync sync_of() { return sync::Sync{state.area, state.epoch}; }
 
-// One thread's bounded wait for counter i to reach target (kf_sync.cuh's
-// wait_at_least, per thread): false when it expired or another wait had.
+// One thread's bounded wait (kf_sync.cuh's poll_at_least, kBudget polls).
 KF_DEVICE bool poll(int i, unsigned long long target) {
-  const sync::Sync s = sync_of();
-  const unsigned long long *c = sync::counter(s, i);
-  sync::Status *st = sync::status(s);
-  unsigned pause_ns = 32;
-  for (unsigned polls = 0;; ++polls) {
-    const unsigned long long v = sync::detail::load_acquire(c);
-    if (v >= target)
-      return true;
-    if (sync::detail::load_state(&st->state) != sync::kStateClear)
-      return false;
-    if (polls >= kBudget) {
-      if (atomicCAS(&st->state, sync::kStateClear, sync::kStateExpired) == sync::kStateClear) {
-        st->counter = (unsigned)i;
-        st->block = sync::detail::linear_block();
-        st->target = target;
-        st->seen = v;
-        st->epoch = s.epoch;
-      }
-      return false;
-    }
-    sync::detail::back_off(pause_ns);
-  }
+  return sync::poll_at_least(sync_of(), i, target, kBudget);
 }
 
 KF_DEVICE void wait_previous_phase() {

@@ -241,34 +241,42 @@ KF_DEVICE void arrive(const Sync &s, int i, unsigned n = 1) {
 // status word then names this counter, target and block, unless another
 // wait had already claimed it) or another wait of the launch had expired;
 // the block must stop its phases and leave.
+KF_DEVICE bool wait_at_least(const Sync &s, int i, unsigned long long target, unsigned budget);
+
+// One thread's part of wait_at_least: polls counter i until it is at least
+// `target`, at most `budget` times. True: it is (an acquire by this thread).
+// False: the budget ran out (the status word then names this counter,
+// target and block, unless another wait had already claimed it) or another
+// wait of the launch had expired. A layer kernel's threads each call it for
+// themselves (kf_layer.cuh).
+KF_DEVICE bool poll_at_least(const Sync &s, int i, unsigned long long target, unsigned budget) {
+  const unsigned long long *c = counter(s, i);
+  Status *st = status(s);
+  unsigned pause_ns = 32;
+  for (unsigned polls = 0;; ++polls) {
+    const unsigned long long v = detail::load_acquire(c);
+    if (v >= target)
+      return true;
+    if (detail::load_state(&st->state) != kStateClear)
+      return false; // another wait expired: the whole grid leaves
+    if (polls >= budget) {
+      if (atomicCAS(&st->state, kStateClear, kStateExpired) == kStateClear) {
+        st->counter = (unsigned)i; // first writer wins; the host reads these
+        st->block = detail::linear_block();
+        st->target = target;
+        st->seen = v;
+        st->epoch = s.epoch;
+      }
+      return false;
+    }
+    detail::back_off(pause_ns);
+  }
+}
+
 KF_DEVICE bool wait_at_least(const Sync &s, int i, unsigned long long target, unsigned budget) {
   int stop = 0;
-  if (detail::is_thread0()) {
-    const unsigned long long *c = counter(s, i);
-    Status *st = status(s);
-    unsigned pause_ns = 32;
-    for (unsigned polls = 0;; ++polls) {
-      const unsigned long long v = detail::load_acquire(c);
-      if (v >= target)
-        break;
-      if (detail::load_state(&st->state) != kStateClear) {
-        stop = 1; // another wait expired: the whole grid leaves
-        break;
-      }
-      if (polls >= budget) {
-        stop = 1;
-        if (atomicCAS(&st->state, kStateClear, kStateExpired) == kStateClear) {
-          st->counter = (unsigned)i; // first writer wins; the host reads these
-          st->block = detail::linear_block();
-          st->target = target;
-          st->seen = v;
-          st->epoch = s.epoch;
-        }
-        break;
-      }
-      detail::back_off(pause_ns);
-    }
-  }
+  if (detail::is_thread0())
+    stop = !poll_at_least(s, i, target, budget);
   stop = __syncthreads_or(stop);
   detail::fence_if_not_ptx();
   return !stop;
