@@ -11,8 +11,8 @@
 #include "arch.h"
 
 #include "json.h"
+#include "libclang.h"
 
-#include <clang-c/Index.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -143,9 +143,16 @@ kf_digest *kf_digest_new(const char *deps_dir, int write_deps) {
   return d;
 }
 
-static CXIndex get_index(kf_digest *d) {
+/* libclang, once the first parse has loaded it (every lc-> call below runs
+ * after a get_index that succeeded) */
+static const kf_libclang *lc;
+
+/* The index, loading libclang first. Returns NULL with *err. */
+static CXIndex get_index(kf_digest *d, char **err) {
+  if (!lc && !(lc = kf_libclang_get(err)))
+    return NULL;
   if (!d->index)
-    d->index = clang_createIndex(0, 0);
+    d->index = lc->createIndex(0, 0);
   return d->index;
 }
 
@@ -156,23 +163,23 @@ static CXIndex get_index(kf_digest *d) {
  * the space between a macro's name and '(' (function-like or not). */
 static void hash_file_tokens(CXTranslationUnit tu, CXFile file, char out[33]) {
   size_t size = 0;
-  const char *text = clang_getFileContents(tu, file, &size);
+  const char *text = lc->getFileContents(tu, file, &size);
   XXH3_state_t *st = XXH3_createState();
   XXH3_128bits_reset(st);
   if (text && size) {
-    CXSourceLocation b = clang_getLocationForOffset(tu, file, 0);
-    CXSourceLocation e = clang_getLocationForOffset(tu, file, (unsigned)size);
+    CXSourceLocation b = lc->getLocationForOffset(tu, file, 0);
+    CXSourceLocation e = lc->getLocationForOffset(tu, file, (unsigned)size);
     CXToken *toks = NULL;
     unsigned n = 0;
-    clang_tokenize(tu, clang_getRange(b, e), &toks, &n);
+    lc->tokenize(tu, lc->getRange(b, e), &toks, &n);
     int in_directive = 0, define_name_next = 0;
     unsigned prev_end = 0;
     unsigned prev_line = 0;
     for (unsigned i = 0; i < n; i++) {
-      CXSourceRange r = clang_getTokenExtent(tu, toks[i]);
+      CXSourceRange r = lc->getTokenExtent(tu, toks[i]);
       unsigned off_b, off_e, line;
-      clang_getSpellingLocation(clang_getRangeStart(r), NULL, &line, NULL, &off_b);
-      clang_getSpellingLocation(clang_getRangeEnd(r), NULL, NULL, NULL, &off_e);
+      lc->getSpellingLocation(lc->getRangeStart(r), NULL, &line, NULL, &off_b);
+      lc->getSpellingLocation(lc->getRangeEnd(r), NULL, NULL, NULL, &off_e);
       /* a directive ends at a newline that no backslash continues */
       if (in_directive && i > 0) {
         for (unsigned o = prev_end; o < off_b && o < size; o++) {
@@ -188,13 +195,13 @@ static void hash_file_tokens(CXTranslationUnit tu, CXFile file, char out[33]) {
           }
         }
       }
-      CXTokenKind kind = clang_getTokenKind(toks[i]);
+      CXTokenKind kind = lc->getTokenKind(toks[i]);
       if (kind == CXToken_Comment) {
         prev_end = off_e;
         continue;
       }
-      CXString sp = clang_getTokenSpelling(tu, toks[i]);
-      const char *s = clang_getCString(sp);
+      CXString sp = lc->getTokenSpelling(tu, toks[i]);
+      const char *s = lc->getCString(sp);
       if (!in_directive && !strcmp(s, "#") && (i == 0 || line != prev_line)) {
         in_directive = 1;
         XXH3_128bits_update(st, "\0#", 2);
@@ -207,13 +214,13 @@ static void hash_file_tokens(CXTranslationUnit tu, CXFile file, char out[33]) {
       uint32_t len = (uint32_t)strlen(s);
       XXH3_128bits_update(st, &len, sizeof len);
       XXH3_128bits_update(st, s, len);
-      clang_disposeString(sp);
+      lc->disposeString(sp);
       prev_end = off_e;
       prev_line = line;
     }
     if (in_directive) /* the file ends the directive: as a newline would */
       XXH3_128bits_update(st, "\0\n", 2);
-    clang_disposeTokens(tu, toks, n);
+    lc->disposeTokens(tu, toks, n);
   }
   XXH128_hash_t h = XXH3_128bits_digest(st);
   XXH3_freeState(st);
@@ -225,22 +232,27 @@ static const char *const lex_args[] = {"-x", "c++", "-std=c++17"};
 /* Token hash of a single file, lexed on its own (no includes followed). */
 static int hash_file_alone(kf_digest *d, const char *path, const char *text, size_t len,
                            char out[33]) {
+  char *why = NULL;
+  CXIndex index = get_index(d, &why);
+  free(why); /* a parse, which comes first or next, reports it */
+  if (!index)
+    return -1;
   struct CXUnsavedFile uf = {path, text, (unsigned long)len};
   CXTranslationUnit tu = NULL;
-  enum CXErrorCode ec = clang_parseTranslationUnit2(
-      get_index(d), path, lex_args, 3, text ? &uf : NULL, text ? 1 : 0,
+  enum CXErrorCode ec = lc->parseTranslationUnit2(
+      index, path, lex_args, 3, text ? &uf : NULL, text ? 1 : 0,
       CXTranslationUnit_SingleFileParse | CXTranslationUnit_Incomplete |
           CXTranslationUnit_SkipFunctionBodies | CXTranslationUnit_KeepGoing,
       &tu);
   if (ec != CXError_Success || !tu)
     return -1;
-  CXFile f = clang_getFile(tu, path);
+  CXFile f = lc->getFile(tu, path);
   if (!f) {
-    clang_disposeTranslationUnit(tu);
+    lc->disposeTranslationUnit(tu);
     return -1;
   }
   hash_file_tokens(tu, f, out);
-  clang_disposeTranslationUnit(tu);
+  lc->disposeTranslationUnit(tu);
   return 0;
 }
 
@@ -348,11 +360,11 @@ static const char *rooted_name(const kf_compile_setup *cs, const char *real, con
 static char *spelled_include(CXTranslationUnit tu, CXSourceLocation loc) {
   CXFile f;
   unsigned off;
-  clang_getSpellingLocation(loc, &f, NULL, NULL, &off);
+  lc->getSpellingLocation(loc, &f, NULL, NULL, &off);
   if (!f)
     return NULL;
   size_t size;
-  const char *text = clang_getFileContents(tu, f, &size);
+  const char *text = lc->getFileContents(tu, f, &size);
   if (!text || off >= size)
     return NULL;
   const char *p = text + off;
@@ -374,14 +386,14 @@ static char *spelled_include(CXTranslationUnit tu, CXSourceLocation loc) {
 static void visit_inclusion(CXFile included, CXSourceLocation *stack, unsigned depth,
                             CXClientData data) {
   walk_ctx *w = data;
-  CXString fn = clang_getFileName(included);
-  const char *name = clang_getCString(fn);
+  CXString fn = lc->getFileName(included);
+  const char *name = lc->getCString(fn);
   char real[PATH_MAX];
   if (!name || !realpath(name, real)) {
-    clang_disposeString(fn);
+    lc->disposeString(fn);
     return;
   }
-  clang_disposeString(fn);
+  lc->disposeString(fn);
   char *src_dir = kf_path_dirname(w->source_real);
   /* negative entries: our include directories searched before the one that
    * matched, so that a header appearing there later forces a re-parse */
@@ -395,19 +407,19 @@ static void visit_inclusion(CXFile included, CXSourceLocation *stack, unsigned d
         found_dir = kf_xstrndup(real, rl - sl - 1);
       /* quoted includes look in the includer's directory first */
       CXFile inc_file;
-      clang_getSpellingLocation(stack[0], &inc_file, NULL, NULL, NULL);
+      lc->getSpellingLocation(stack[0], &inc_file, NULL, NULL, NULL);
       kf_strv search = {0};
       if (inc_file) {
-        CXString ifn = clang_getFileName(inc_file);
+        CXString ifn = lc->getFileName(inc_file);
         char ireal[PATH_MAX];
-        if (clang_getCString(ifn) && realpath(clang_getCString(ifn), ireal)) {
+        if (lc->getCString(ifn) && realpath(lc->getCString(ifn), ireal)) {
           char *idir = kf_path_dirname(ireal);
           if (!kf_toolchain_covers(w->tc, idir))
             kf_strv_push_owned(&search, idir);
           else
             free(idir);
         }
-        clang_disposeString(ifn);
+        lc->disposeString(ifn);
       }
       for (size_t r = 0; r < w->cs->roots.n; r++)
         kf_strv_push(&search, w->cs->roots.v[r]);
@@ -504,11 +516,11 @@ static void scan_include_names(const kf_compile_setup *cs, closure *c, const cha
 static int libclang_major(void) {
   static int major = -1;
   if (major < 0) {
-    CXString v = clang_getClangVersion();
-    const char *t = clang_getCString(v);
+    CXString v = lc->getClangVersion();
+    const char *t = lc->getCString(v);
     const char *p = t ? strstr(t, "version ") : NULL;
     major = p ? atoi(p + 8) : 0;
-    clang_disposeString(v);
+    lc->disposeString(v);
   }
   return major;
 }
@@ -516,6 +528,9 @@ static int libclang_major(void) {
 /* Parses the source like the device pass and collects its closure. */
 static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
                          const kf_compile_setup *cs, closure *c, char **err) {
+  CXIndex index = get_index(d, err);
+  if (!index)
+    return -1;
   kf_strv pass = {0};
   if (kf_toolchain_device_flags(tc, in->arch, &cs->compile_args, &pass, err) != 0)
     return -1;
@@ -561,9 +576,8 @@ static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   kf_strv_free(&pass);
   long long t0 = now_ns();
   CXTranslationUnit tu = NULL;
-  enum CXErrorCode ec = clang_parseTranslationUnit2(
-      get_index(d), cs->source_path, (const char *const *)flags.v, (int)flags.n, uf,
-      predefs ? 2 : 1,
+  enum CXErrorCode ec = lc->parseTranslationUnit2(
+      index, cs->source_path, (const char *const *)flags.v, (int)flags.n, uf, predefs ? 2 : 1,
       CXTranslationUnit_DetailedPreprocessingRecord | CXTranslationUnit_Incomplete |
           CXTranslationUnit_SkipFunctionBodies | CXTranslationUnit_KeepGoing,
       &tu);
@@ -573,9 +587,9 @@ static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
     *err = kf_xasprintf("libclang could not parse %s (error %d)", in->rel_source, (int)ec);
     return -1;
   }
-  CXFile main_file = clang_getFile(tu, cs->source_path);
+  CXFile main_file = lc->getFile(tu, cs->source_path);
   if (!main_file) {
-    clang_disposeTranslationUnit(tu);
+    lc->disposeTranslationUnit(tu);
     *err = kf_xasprintf("libclang lost the source %s", cs->source_path);
     return -1;
   }
@@ -584,7 +598,7 @@ static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   char real[PATH_MAX];
   char *src_real = realpath(cs->source_path, real) ? kf_xstrdup(real) : kf_xstrdup(cs->source_path);
   walk_ctx w = {d, tc, cs, tu, c, src_real, 0, NULL};
-  clang_getInclusions(tu, visit_inclusion, &w);
+  lc->getInclusions(tu, visit_inclusion, &w);
   /* names our files try to include, found or not (#include of a missing
    * header, __has_include): each becoming a file later re-parses */
   scan_include_names(cs, c, src_real, in->source);
@@ -602,7 +616,7 @@ static int parse_closure(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   free(src_real);
   /* a missing include is an error the compiler will report; the closure is
    * still what the compiler would read, so no error here */
-  clang_disposeTranslationUnit(tu);
+  lc->disposeTranslationUnit(tu);
   if (c->nfiles > 1)
     qsort(c->files, c->nfiles, sizeof *c->files, cmp_closure_file);
   kf_strv_sort(&c->absent);
@@ -902,7 +916,7 @@ void kf_digest_free(kf_digest *d) {
   if (!d)
     return;
   if (d->index)
-    clang_disposeIndex(d->index);
+    lc->disposeIndex(d->index);
   free(d->deps_dir);
   kf_strv_free(&d->absent_ok);
   kf_strv_free(&d->retokenised);
