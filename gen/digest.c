@@ -134,6 +134,7 @@ struct kf_digest {
   kf_strv absent_ok;             /* paths already seen absent in this run */
   kf_strv retokenised;           /* "path\nsize\nmtime\n<tokens>" checked this run */
   struct shared_closure *shared; /* closures parsed in this run */
+  kf_closure_share share;        /* between machines (get NULL: none) */
 };
 
 kf_digest *kf_digest_new(const char *deps_dir, int write_deps) {
@@ -674,7 +675,189 @@ static void closure_copy(closure *dst, const closure *src) {
   memcpy(dst->source_tokens, src->source_tokens, 33);
 }
 
-/* The closure of an instance: shared within the run, else parsed. */
+static int retokenised(kf_digest *d, const char *path, long long size, long long mtime,
+                       char out[33]);
+
+/* ---- closures shared between machines ----
+ *
+ * A closure class (closure_signature) keyed without anything of this
+ * machine: the arch, the key's arguments (include roots as labels), the
+ * toolchain identity, the libclang version and the source's directive
+ * lines. Its text names every file and every absent candidate by label
+ * (rooted_name), with the files' token hashes. A builder takes it only when
+ * every named file exists here with those tokens and every candidate is
+ * still absent: the compiler then reads the same files in the same places
+ * as on the machine that parsed, so the closure is what a parse here would
+ * give. Anything else (a header edited since, another layout) and it
+ * parses, and shares what it found. */
+
+void kf_digest_set_share(kf_digest *d, const kf_closure_share *share) { d->share = *share; }
+
+static void id_update(XXH3_state_t *st, const char *s) {
+  XXH3_128bits_update(st, s, strlen(s) + 1);
+}
+
+/* libclang's version, which lexes and preprocesses (libclang loaded). */
+static void id_update_libclang(XXH3_state_t *st) {
+  CXString v = lc->getClangVersion();
+  id_update(st, lc->getCString(v) ? lc->getCString(v) : "");
+  lc->disposeString(v);
+}
+
+/* The shared name of a closure class: "closure-" and 32 hex digits
+ * (libclang loaded). */
+static void portable_id(const kf_instance *in, const kf_toolchain *tc, const kf_compile_setup *cs,
+                        char out[41]) {
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  id_update(st, "kforge-closure-v1");
+  id_update(st, in->arch);
+  for (size_t i = 0; i < cs->key_args.n; i++)
+    id_update(st, cs->key_args.v[i]);
+  for (size_t i = 0; i < tc->identity.n; i++)
+    id_update(st, tc->identity.v[i]);
+  id_update_libclang(st);
+  const char *p = in->source;
+  while (*p) {
+    const char *eol = strchr(p, '\n');
+    size_t n = eol ? (size_t)(eol - p) : strlen(p);
+    const char *q = p;
+    while (q < p + n && (*q == ' ' || *q == '\t'))
+      q++;
+    if (q < p + n && *q == '#')
+      XXH3_128bits_update(st, p, n + 1);
+    p += n + (eol ? 1 : 0);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  memcpy(out, "closure-", 8);
+  kf_hex128(&h, out + 8);
+}
+
+/* The token hash of the generated source: shared under "source-" and the
+ * hash of libclang's version and the source's bytes (it is a function of
+ * them), else lexed here and shared (libclang loaded). Returns 0 or -1. */
+static int source_tokens(kf_digest *d, const kf_instance *in, const kf_compile_setup *cs,
+                         char out[33]) {
+  char name[41] = "";
+  if (d->share.get) {
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    id_update(st, "kforge-source-v1");
+    id_update_libclang(st);
+    XXH3_128bits_update(st, in->source, in->source_len);
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    memcpy(name, "source-", 7);
+    kf_hex128(&h, name + 7);
+    size_t len = 0;
+    char *text = d->share.get(d->share.ctx, name, &len);
+    int ok = text && len == 32 && strspn(text, "0123456789abcdef") == 32;
+    if (ok)
+      memcpy(out, text, 33);
+    free(text);
+    if (ok)
+      return 0;
+  }
+  if (hash_file_alone(d, cs->source_path, in->source, in->source_len, out) != 0)
+    return -1;
+  if (name[0] && d->share.put)
+    d->share.put(d->share.ctx, name, out);
+  return 0;
+}
+
+/* The closure's shared text, or NULL when a file or candidate has no name
+ * that means the same place on another machine (caller frees). */
+static char *portable_text(const kf_compile_setup *cs, const closure *c) {
+  char *src_dir = kf_path_dirname(cs->source_path);
+  cJSON *root = cJSON_CreateObject();
+  cJSON *files = cJSON_AddArrayToObject(root, "files");
+  cJSON *absent = cJSON_AddArrayToObject(root, "absent");
+  int ok = 1;
+  for (size_t i = 0; i < c->nfiles; i++) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "name", c->files[i].name);
+    cJSON_AddStringToObject(f, "tokens", c->files[i].tokens);
+    cJSON_AddItemToArray(files, f);
+  }
+  for (size_t i = 0; i < c->absent.n && ok; i++) {
+    char *name = NULL;
+    rooted_name(cs, c->absent.v[i], src_dir, &name);
+    ok = strncmp(name, "@abs/", 5) != 0 || !strncmp(name, "@abs/usr/", 9) ||
+         !strncmp(name, "@abs/opt/", 9);
+    cJSON_AddItemToArray(absent, cJSON_CreateString(name));
+    free(name);
+  }
+  char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+  cJSON_Delete(root);
+  free(src_dir);
+  return text;
+}
+
+/* The place a shared name means here, or NULL for a name this setup has no
+ * root for (caller frees). */
+static char *place_of(const kf_compile_setup *cs, const char *src_dir, const char *name) {
+  const char *slash = strchr(name, '/');
+  if (!slash || name[0] != '@' || strlen(name) > PATH_MAX)
+    return NULL;
+  size_t ln = (size_t)(slash - name);
+  if (ln == 4 && !strncmp(name, "@abs", 4))
+    return !strncmp(slash, "/usr/", 5) || !strncmp(slash, "/opt/", 5) ? kf_xstrdup(slash) : NULL;
+  if (ln == 4 && !strncmp(name, "@src", 4))
+    return kf_path_join(src_dir, slash + 1);
+  for (size_t r = 0; r < cs->labels.n; r++)
+    if (strlen(cs->labels.v[r]) == ln && !strncmp(cs->labels.v[r], name, ln))
+      return kf_path_join(cs->roots.v[r], slash + 1);
+  return NULL;
+}
+
+/* Takes a shared closure text if it holds here (see above). Returns 0 with
+ * c filled (source tokens still to be hashed), or -1 (c empty). */
+static int from_portable(kf_digest *d, const kf_compile_setup *cs, const char *text, size_t len,
+                         closure *c) {
+  cJSON *root = cJSON_ParseWithLength(text, len);
+  const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+  const cJSON *absent = cJSON_GetObjectItemCaseSensitive(root, "absent");
+  char *src_dir = kf_path_dirname(cs->source_path);
+  int ok = cJSON_IsArray(files) && cJSON_IsArray(absent);
+  memset(c, 0, sizeof *c);
+  for (const cJSON *a = ok ? absent->child : NULL; a && ok; a = a->next) {
+    char *place = cJSON_IsString(a) ? place_of(cs, src_dir, a->valuestring) : NULL;
+    ok = place && !kf_path_exists(place);
+    if (ok)
+      kf_strv_push(&c->absent, place);
+    free(place);
+  }
+  for (const cJSON *f = ok ? files->child : NULL; f && ok; f = f->next) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(f, "name");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "tokens");
+    char *place = cJSON_IsString(n) ? place_of(cs, src_dir, n->valuestring) : NULL;
+    char real[PATH_MAX], *same = NULL;
+    closure_file cf = {0};
+    ok = place && cJSON_IsString(t) && strlen(t->valuestring) == 32 && realpath(place, real) &&
+         stat_file(real, &cf.size, &cf.mtime_ns) == 0;
+    /* the name this machine gives the file must be the shared one */
+    ok = ok && !strcmp(rooted_name(cs, real, src_dir, &same), n->valuestring);
+    ok = ok && retokenised(d, real, cf.size, cf.mtime_ns, cf.tokens) &&
+         !strcmp(cf.tokens, t->valuestring);
+    free(same);
+    free(place);
+    if (ok) {
+      cf.path = kf_xstrdup(real);
+      cf.name = kf_xstrdup(n->valuestring);
+      c->files = kf_xpush(c->files, c->nfiles, sizeof *c->files);
+      c->files[c->nfiles++] = cf;
+    }
+  }
+  cJSON_Delete(root);
+  free(src_dir);
+  if (!ok)
+    closure_free(c);
+  return ok ? 0 : -1;
+}
+
+/* The closure of an instance: shared within the run, else shared by
+ * another machine, else parsed (and then shared). */
 static int closure_for(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
                        const kf_compile_setup *cs, closure *c, int *parsed, char **err) {
   uint64_t sig = closure_signature(in, cs);
@@ -682,15 +865,36 @@ static int closure_for(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
     if (s->sig != sig)
       continue;
     closure_copy(c, &s->c);
-    if (hash_file_alone(d, cs->source_path, in->source, in->source_len, c->source_tokens) != 0) {
+    if (source_tokens(d, in, cs, c->source_tokens) != 0) {
       *err = kf_xasprintf("libclang could not tokenise %s", in->rel_source);
       return -1;
     }
     return 0;
   }
-  if (parse_closure(d, in, tc, cs, c, err) != 0)
-    return -1;
-  *parsed = 1;
+  char id[41] = "";
+  int from_share = 0;
+  if (d->share.get && get_index(d, err)) {
+    portable_id(in, tc, cs, id);
+    size_t len = 0;
+    char *text = d->share.get(d->share.ctx, id, &len);
+    from_share = text && from_portable(d, cs, text, len, c) == 0;
+    free(text);
+    if (from_share && source_tokens(d, in, cs, c->source_tokens) != 0) {
+      closure_free(c);
+      from_share = 0;
+    }
+  }
+  free(*err);
+  *err = NULL;
+  if (!from_share) {
+    if (parse_closure(d, in, tc, cs, c, err) != 0)
+      return -1;
+    *parsed = 1;
+    char *text = id[0] && d->share.put ? portable_text(cs, c) : NULL;
+    if (text)
+      d->share.put(d->share.ctx, id, text);
+    free(text);
+  }
   struct shared_closure *s = kf_xcalloc(1, sizeof *s);
   s->sig = sig;
   closure_copy(&s->c, c);
@@ -846,7 +1050,7 @@ static void deps_save(const char *path, const char *source_raw, const closure *c
   cJSON_Delete(root);
   char *dir = kf_path_dirname(path);
   if (kf_mkdir_p(dir) == 0)
-    kf_write_file_atomic(path, text, strlen(text)); /* best effort: only a speed-up */
+    kf_write_file_replace(path, text, strlen(text)); /* best effort: only a speed-up */
   free(dir);
   free(text);
 }

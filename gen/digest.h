@@ -36,6 +36,19 @@ typedef struct kf_digest kf_digest;
 kf_digest *kf_digest_new(const char *deps_dir, int write_deps);
 void kf_digest_free(kf_digest *d);
 
+/* What keying shares between machines (the remote tier), so that a fresh
+ * builder need not parse: the include closure of a closure class
+ * ("closure-<hex>") and the token hash of a generated source
+ * ("source-<hex>"). get returns the text stored under name, or NULL (caller
+ * frees); put stores it. digest.c checks a closure against this machine's
+ * files before it uses it. */
+typedef struct {
+  char *(*get)(void *ctx, const char *id, size_t *len);
+  void (*put)(void *ctx, const char *id, const char *text);
+  void *ctx;
+} kf_closure_share;
+void kf_digest_set_share(kf_digest *d, const kf_closure_share *share);
+
 /* What one instance is compiled with. */
 typedef struct {
   kf_strv roots;        /* absolute include directories, in -I order */

@@ -241,7 +241,7 @@ int kf_fsync_dir(const char *path) {
   return r;
 }
 
-int kf_write_file_atomic(const char *path, const void *data, size_t len) {
+static int write_atomic(const char *path, const void *data, size_t len, int durable) {
   /* a name of our own beside the target (mkstemp: never someone else's) */
   char *tmp = kf_xasprintf("%s.tmp.XXXXXX", path);
   int fd = mkostemp(tmp, O_CLOEXEC);
@@ -249,7 +249,7 @@ int kf_write_file_atomic(const char *path, const void *data, size_t len) {
     free(tmp);
     return -1;
   }
-  if (fchmod(fd, 0644) != 0 || write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+  if (fchmod(fd, 0644) != 0 || write_all(fd, data, len) != 0 || (durable && fsync(fd) != 0)) {
     int e = errno;
     close(fd);
     unlink(tmp);
@@ -266,10 +266,20 @@ int kf_write_file_atomic(const char *path, const void *data, size_t len) {
     return -1;
   }
   free(tmp);
-  char *dir = kf_path_dirname(path);
-  kf_fsync_dir(dir);
-  free(dir);
+  if (durable) {
+    char *dir = kf_path_dirname(path);
+    kf_fsync_dir(dir);
+    free(dir);
+  }
   return 0;
+}
+
+int kf_write_file_atomic(const char *path, const void *data, size_t len) {
+  return write_atomic(path, data, len, 1);
+}
+
+int kf_write_file_replace(const char *path, const void *data, size_t len) {
+  return write_atomic(path, data, len, 0);
 }
 
 int kf_write_if_changed(const char *path, const void *data, size_t len, int *changed) {
@@ -284,11 +294,27 @@ int kf_write_if_changed(const char *path, const void *data, size_t len, int *cha
   return kf_write_file_atomic(path, data, len);
 }
 
+/* Whether path is a directory (after mkdir said EEXIST); sets errno. */
+static int is_dir(const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    return 0;
+  errno = ENOTDIR;
+  return -1;
+}
+
 int kf_mkdir_p(const char *path) {
   if (!*path) {
     errno = ENOENT;
     return -1;
   }
+  /* most calls find the directory or its parent there: one call */
+  if (mkdir(path, 0755) == 0)
+    return 0;
+  if (errno == EEXIST)
+    return is_dir(path);
+  if (errno != ENOENT)
+    return -1;
   char *p = kf_xstrdup(path);
   for (char *s = p + 1; *s; s++) {
     if (*s != '/')
@@ -301,12 +327,8 @@ int kf_mkdir_p(const char *path) {
     *s = '/';
   }
   int r = mkdir(p, 0755);
-  if (r != 0 && errno == EEXIST) {
-    struct stat st;
-    r = (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) ? 0 : -1;
-    if (r != 0)
-      errno = ENOTDIR;
-  }
+  if (r != 0 && errno == EEXIST)
+    r = is_dir(p);
   free(p);
   return r;
 }

@@ -67,6 +67,10 @@ const char *kf_read_error(int err);
 /* Replaces path atomically: writes a temporary file beside it, fsyncs and
  * renames. Returns 0, or -1 with errno set (the old file is untouched). */
 int kf_write_file_atomic(const char *path, const void *data, size_t len);
+/* The same without the syncs: readers see the old file or the new one, but
+ * after a crash it may be empty. For what is only a speed-up (dependency
+ * records), which a reader checks and rebuilds. */
+int kf_write_file_replace(const char *path, const void *data, size_t len);
 /* Writes only when the bytes differ; *changed (may be NULL) says whether it
  * wrote. Returns 0 or -1 with errno set. */
 int kf_write_if_changed(const char *path, const void *data, size_t len, int *changed);
