@@ -63,36 +63,20 @@ static int write_manifest(const char *path, const kf_buf *text, const kf_buf *re
 
 /* Entries staged and not yet published: at most BATCH at once, since each
  * holds its key's lock (an open file). */
-#define BATCH 256
+#define BATCH 64
 typedef struct {
   kf_staged *v;
   size_t n;
 } batch;
 
-/* Publishes the batch with two file-system syncs in all (kf_cache_sync):
- * the staged files before their renames, the renames after. Returns 0, or 1
- * after reporting (the batch is released either way). */
+/* Publishes the batch (kf_staged_publish_all). Returns 0, or 1 after
+ * reporting (the batch is released either way). */
 static int flush(const kf_cache *c, batch *b) {
-  int rc = 0;
   char *why = NULL;
-  if (b->n && kf_cache_sync(c) != 0) {
-    kf_error(NULL, NULL, "cannot sync %s: %s", c->v1, strerror(errno));
-    rc = 1;
-  }
-  for (size_t i = 0; i < b->n; i++) {
-    if (rc) {
-      kf_staged_drop(&b->v[i]);
-    } else if (kf_staged_publish(c, &b->v[i], 1, &why) != 0) {
-      kf_error(NULL, NULL, "%s", why);
-      free(why);
-      why = NULL;
-      rc = 1;
-    }
-  }
-  if (b->n && rc == 0 && kf_cache_sync(c) != 0) {
-    kf_error(NULL, NULL, "cannot sync %s: %s", c->v1, strerror(errno));
-    rc = 1;
-  }
+  int rc = kf_staged_publish_all(c, b->v, b->n, &why) != 0;
+  if (rc)
+    kf_error(NULL, NULL, "%s", why);
+  free(why);
   b->n = 0;
   return rc;
 }
@@ -142,7 +126,37 @@ static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char
   if (rc == 0)
     by_key(&man, order);
   batch b = {kf_xcalloc(BATCH, sizeof *b.v), 0};
-  for (size_t n = 0; rc == 0 && n < man.nkernels; n++) {
+  const char **want = kf_xcalloc(BATCH, sizeof *want);
+  const char **want_id = kf_xcalloc(BATCH, sizeof *want_id);
+  int sts[BATCH];
+  char *whys[BATCH];
+  size_t nwant = 0;
+  for (size_t n = 0; rc == 0 && n <= man.nkernels; n++) {
+    /* the missing entries go in batches: every record at once, then every
+     * meta and object at once (remote.h's get_many) */
+    if (nwant == BATCH || (n == man.nkernels && nwant)) {
+      kf_remote_entries_stage(t, c, want, nwant, b.v, sts, whys);
+      for (size_t i = 0; i < nwant; i++) {
+        if (sts[i] == KF_REMOTE_OK)
+          fetched++;
+        else if (rc == 0 && sts[i] == KF_REMOTE_MISSING)
+          kf_error(NULL, NULL, "%s: entry %s is not on the remote", want_id[i], want[i]);
+        else if (rc == 0)
+          kf_error(NULL, NULL, "%s: remote entry %s refused: %s", want_id[i], want[i], whys[i]);
+        rc |= sts[i] != KF_REMOTE_OK;
+        free(whys[i]);
+      }
+      /* what passed stays, even when another failed */
+      size_t keep = 0;
+      for (size_t i = 0; i < nwant; i++)
+        if (sts[i] == KF_REMOTE_OK)
+          b.v[keep++] = b.v[i];
+      b.n = keep;
+      rc |= flush(c, &b);
+      nwant = 0;
+    }
+    if (n == man.nkernels || rc)
+      break;
     const kf_manifest_kernel *k = &man.kernels[order[n]];
     const char *id = k->id ? k->id : "?";
     if (!k->key || !k->checksum || !k->has_size) {
@@ -155,23 +169,13 @@ static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char
       here++;
       continue;
     }
-    free(why);
-    why = NULL;
-    st = kf_remote_entry_stage(t, c, k->key, &b.v[b.n], &why);
-    if (st == KF_REMOTE_OK) {
-      b.n++;
-      fetched++;
-      if (b.n == BATCH)
-        rc = flush(c, &b);
-      continue;
-    }
-    if (st == KF_REMOTE_MISSING)
-      kf_error(NULL, NULL, "%s: entry %s is not on the remote", id, k->key);
-    else
-      kf_error(NULL, NULL, "%s: remote entry %s refused: %s", id, k->key, why);
-    rc = 1;
+    if (nwant && !strcmp(want[nwant - 1], k->key))
+      continue; /* the same instantiation under two ids (sorted: adjacent): one lock, one fetch */
+    want_id[nwant] = id;
+    want[nwant++] = k->key;
   }
-  rc |= flush(c, &b); /* what passed stays, even when another failed */
+  free(want);
+  free(want_id);
   free(b.v);
   for (size_t i = 0; rc == 0 && i < man.nkernels; i++)
     if (!have_kernel(c, &man.kernels[i])) {
@@ -188,6 +192,8 @@ static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char
     }
     free(path);
   }
+  if (rc == 0)
+    fetched = (long)man.nkernels - here; /* twins of a fetched key included */
   if (rc == 0 && !json)
     printf("pulled %s/%s: %zu kernels (%ld fetched, %ld already here)\n", model, arch, man.nkernels,
            fetched, here);

@@ -290,6 +290,64 @@ static int ask(kf_remote *r, const char *name, kf_buf *out) {
 
 int kf_remote_get(kf_remote *r, const char *name, kf_buf *out) { return ask(r, name, out); }
 
+/* One server's part of a kf_remote_get_many. */
+static int get_many(kf_remote_backend *b, const char *const *names, size_t n, kf_buf *outs,
+                    int *sts, char **err) {
+  if (b->get_many)
+    return b->get_many(b, names, n, outs, sts, err);
+  for (size_t i = 0; i < n; i++) {
+    sts[i] = b->get(b, names[i], &outs[i], err);
+    if (sts[i] == KF_REMOTE_FAILED)
+      return KF_REMOTE_FAILED;
+  }
+  return KF_REMOTE_OK;
+}
+
+void kf_remote_get_many(kf_remote *r, const char *const *names, size_t n, kf_buf *outs, int *sts) {
+  for (size_t i = 0; i < n; i++)
+    sts[i] = KF_REMOTE_MISSING;
+  size_t *idx = kf_xcalloc(n + 1, sizeof *idx);
+  const char **sub = kf_xcalloc(n + 1, sizeof *sub);
+  kf_buf *got = kf_xcalloc(n + 1, sizeof *got);
+  int *st = kf_xcalloc(n + 1, sizeof *st);
+  for (size_t gi = 0; gi < r->ngroups; gi++) {
+    kf_remote_group *g = &r->groups[gi];
+    for (size_t s = 0; s < g->nshards && !g->skipped; s++) {
+      kf_remote_backend *b = g->shards[s];
+      size_t m = 0;
+      for (size_t i = 0; i < n; i++)
+        if (sts[i] != KF_REMOTE_OK && shard_for(g, names[i]) == b) {
+          idx[m] = i;
+          sub[m++] = names[i];
+        }
+      if (!m)
+        continue;
+      b->requests += (long)m;
+      r->stats.requests += (long)m;
+      char *err = NULL;
+      int rc = get_many(b, sub, m, got, st, &err);
+      if (rc == KF_REMOTE_FAILED)
+        skip_group(r, g, "get", sub[0], err);
+      free(err);
+      for (size_t j = 0; j < m; j++) {
+        if (rc != KF_REMOTE_FAILED && st[j] == KF_REMOTE_OK) {
+          kf_buf_free(&outs[idx[j]]);
+          outs[idx[j]] = got[j];
+          sts[idx[j]] = KF_REMOTE_OK;
+          r->stats.bytes_in += (long long)got[j].len;
+        } else {
+          kf_buf_free(&got[j]);
+        }
+        memset(&got[j], 0, sizeof got[j]);
+      }
+    }
+  }
+  free(idx);
+  free(sub);
+  free(got);
+  free(st);
+}
+
 int kf_remote_put(kf_remote *r, const char *name, const void *data, size_t len, int overwrite) {
   int stored = 0;
   for (size_t i = 0; i < r->ngroups; i++) {

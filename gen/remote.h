@@ -46,6 +46,11 @@ struct kf_remote_backend {
   int (*put)(kf_remote_backend *b, const char *name, const void *data, size_t len, int overwrite,
              char **err);
   int (*exists)(kf_remote_backend *b, const char *name, char **err);
+  /* Gets n blobs at once (pipelined or in parallel): outs[i] and sts[i]
+   * (OK or MISSING) for each; KF_REMOTE_FAILED with *err when the server
+   * failed (then sts and outs mean nothing). May be NULL: one get each. */
+  int (*get_many)(kf_remote_backend *b, const char *const *names, size_t n, kf_buf *outs, int *sts,
+                  char **err);
   void (*close)(kf_remote_backend *b);
   char *display; /* the URL without credentials, for messages */
   long requests; /* sent to this server */
@@ -79,6 +84,9 @@ void kf_remote_free(kf_remote *r);
  * KF_REMOTE_OK (*out holds it), or KF_REMOTE_MISSING when no remote that
  * answers has it. */
 int kf_remote_get(kf_remote *r, const char *name, kf_buf *out);
+/* The blobs called names[0..n) as kf_remote_get gives each (outs[i],
+ * sts[i]), asking each server for all that are still missing at once. */
+void kf_remote_get_many(kf_remote *r, const char *const *names, size_t n, kf_buf *outs, int *sts);
 /* Stores a blob on every writable remote that answers. Returns KF_REMOTE_OK
  * when one took it, else KF_REMOTE_FAILED (read-only or all skipped). */
 int kf_remote_put(kf_remote *r, const char *name, const void *data, size_t len, int overwrite);

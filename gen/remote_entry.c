@@ -60,6 +60,13 @@ static char *manifest_ac(const char *model, const char *arch) {
   return n;
 }
 
+static char *shared_ac(const char *name) {
+  char *what = kf_xasprintf("kforge/v1/shared/%s", name);
+  char *n = ac_name(what);
+  free(what);
+  return n;
+}
+
 /* The text a record's signature covers: every field, one per line. */
 static char *entry_message(const kf_remote_record *r) {
   return kf_xasprintf("kforge-entry-v1\nkey=%s\nobject=%s\nobject_sha256=%s\nobject_size=%lld\n"
@@ -186,6 +193,18 @@ int kf_remote_entry_record(kf_tier *t, const char *key, kf_remote_record *rec, c
   return *why ? KF_REMOTE_BAD : KF_REMOTE_OK;
 }
 
+/* Checks fetched content against the SHA-256 and size its record names.
+ * Returns NULL, or why not (caller frees). */
+static char *check_content(const char *what, const kf_buf *got, const char *sha, long long size) {
+  char sum[65];
+  kf_sha256_hex(got->data ? got->data : "", got->len, sum);
+  if ((long long)got->len != size)
+    return kf_xasprintf("its %s has %zu bytes, the record says %lld", what, got->len, size);
+  if (strcmp(sum, sha) != 0)
+    return kf_xasprintf("its %s has SHA-256 %s, the record says %s", what, sum, sha);
+  return NULL;
+}
+
 /* Gets cas/<sha> and checks its size and SHA-256. Returns KF_REMOTE_OK,
  * KF_REMOTE_MISSING, or KF_REMOTE_BAD with *why. */
 static int get_content(kf_tier *t, const char *what, const char *sha, long long size, kf_buf *out,
@@ -197,12 +216,7 @@ static int get_content(kf_tier *t, const char *what, const char *sha, long long 
     *why = kf_xasprintf("its %s is missing", what);
     return KF_REMOTE_MISSING;
   }
-  char got[65];
-  kf_sha256_hex(out->data ? out->data : "", out->len, got);
-  if ((long long)out->len != size)
-    *why = kf_xasprintf("its %s has %zu bytes, the record says %lld", what, out->len, size);
-  else if (strcmp(got, sha) != 0)
-    *why = kf_xasprintf("its %s has SHA-256 %s, the record says %s", what, got, sha);
+  *why = check_content(what, out, sha, size);
   return *why ? KF_REMOTE_BAD : KF_REMOTE_OK;
 }
 
@@ -298,46 +312,107 @@ int kf_staged_publish(const kf_cache *c, kf_staged *s, int synced, char **why) {
   return rc;
 }
 
-int kf_remote_entry_stage(kf_tier *t, const kf_cache *c, const char *key, kf_staged *staged,
-                          char **why) {
-  kf_remote_record r;
-  int st = kf_remote_entry_record(t, key, &r, why);
-  if (st != KF_REMOTE_OK)
-    return st;
-  kf_buf meta = {0}, object = {0};
-  st = get_content(t, "meta.json", r.meta_sha256, r.meta_size, &meta, why);
-  if (st == KF_REMOTE_OK && !(*why = check_meta(&meta, &r)))
-    st = get_content(t, "object", r.object_sha256, r.object_size, &object, why);
-  else if (st == KF_REMOTE_OK)
-    st = KF_REMOTE_BAD;
-  if (st == KF_REMOTE_OK) {
+/* Verifies one entry's fetched meta and object against its record and
+ * stages them. Returns KF_REMOTE_OK or KF_REMOTE_BAD with *why. */
+static int stage_one(const kf_cache *c, const char *key, const kf_remote_record *r,
+                     const kf_buf *meta, const kf_buf *object, kf_staged *staged, char **why) {
+  if (!(*why = check_content("meta.json", meta, r->meta_sha256, r->meta_size)) &&
+      !(*why = check_meta(meta, r)) &&
+      !(*why = check_content("object", object, r->object_sha256, r->object_size))) {
     char sum[33];
-    kf_hash128_hex(object.data ? object.data : "", object.len, sum);
-    if (strcmp(sum, r.checksum) != 0) {
+    kf_hash128_hex(object->data ? object->data : "", object->len, sum);
+    if (strcmp(sum, r->checksum) != 0)
       *why = kf_xasprintf("its object's checksum %s does not match its meta.json's %s", sum,
-                          r.checksum);
-      st = KF_REMOTE_BAD;
-    }
+                          r->checksum);
   }
-  if (st == KF_REMOTE_MISSING)
-    st = KF_REMOTE_BAD; /* a record whose content is gone */
-  if (st == KF_REMOTE_OK && stage_files(c, key, &r, &meta, &object, staged, why) != 0)
-    st = KF_REMOTE_BAD;
-  if (st == KF_REMOTE_OK)
-    kf_remote_stats_of(t->remote)->hits++;
-  else
-    kf_remote_stats_of(t->remote)->bad++;
-  kf_buf_free(&meta);
-  kf_buf_free(&object);
-  return st;
+  if (*why || stage_files(c, key, r, meta, object, staged, why) != 0)
+    return KF_REMOTE_BAD;
+  return KF_REMOTE_OK;
 }
 
-int kf_remote_entry_fetch(kf_tier *t, const kf_cache *c, const char *key, char **why) {
-  kf_staged s;
-  int st = kf_remote_entry_stage(t, c, key, &s, why);
-  if (st == KF_REMOTE_OK && kf_staged_publish(c, &s, 0, why) != 0)
-    st = KF_REMOTE_BAD;
-  return st;
+void kf_remote_entries_stage(kf_tier *t, const kf_cache *c, const char *const *keys, size_t n,
+                             kf_staged *staged, int *sts, char **whys) {
+  size_t cap = 2 * n + 1;
+  char **names = kf_xcalloc(n + 1, sizeof *names);
+  char **cnames = kf_xcalloc(cap, sizeof *cnames);
+  kf_buf *got = kf_xcalloc(cap, sizeof *got);
+  int *gst = kf_xcalloc(cap, sizeof *gst);
+  kf_remote_record *recs = kf_xcalloc(n + 1, sizeof *recs);
+  for (size_t i = 0; i < n; i++) {
+    names[i] = entry_ac(keys[i]);
+    whys[i] = NULL;
+  }
+  kf_remote_get_many(t->remote, (const char *const *)names, n, got, gst);
+  for (size_t i = 0; i < n; i++) {
+    sts[i] = gst[i] == KF_REMOTE_OK ? KF_REMOTE_OK : KF_REMOTE_MISSING;
+    if (sts[i] == KF_REMOTE_OK &&
+        (whys[i] = kf_remote_record_check(t, keys[i], got[i].data, got[i].len, &recs[i])))
+      sts[i] = KF_REMOTE_BAD;
+    kf_buf_free(&got[i]);
+    free(names[i]);
+    /* the entry's content, meta and object, asked for at once below */
+    cnames[2 * i] = sts[i] == KF_REMOTE_OK ? kf_xasprintf("cas/%s", recs[i].meta_sha256) : NULL;
+    cnames[2 * i + 1] =
+        sts[i] == KF_REMOTE_OK ? kf_xasprintf("cas/%s", recs[i].object_sha256) : NULL;
+  }
+  size_t m = 0; /* the names asked for, packed */
+  const char **ask = kf_xcalloc(cap, sizeof *ask);
+  for (size_t i = 0; i < 2 * n; i++)
+    if (cnames[i])
+      ask[m++] = cnames[i];
+  kf_buf *content = kf_xcalloc(m + 1, sizeof *content);
+  int *cst = kf_xcalloc(m + 1, sizeof *cst);
+  kf_remote_get_many(t->remote, ask, m, content, cst);
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (sts[i] != KF_REMOTE_OK)
+      continue;
+    size_t mi = at++, oi = at++;
+    if (cst[mi] != KF_REMOTE_OK || cst[oi] != KF_REMOTE_OK) {
+      whys[i] = kf_xasprintf("its %s is missing", cst[mi] != KF_REMOTE_OK ? "meta.json" : "object");
+      sts[i] = KF_REMOTE_BAD; /* a record whose content is gone */
+    } else {
+      sts[i] = stage_one(c, keys[i], &recs[i], &content[mi], &content[oi], &staged[i], &whys[i]);
+    }
+    kf_buf_free(&content[mi]);
+    kf_buf_free(&content[oi]);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (sts[i] == KF_REMOTE_OK)
+      kf_remote_stats_of(t->remote)->hits++;
+    else if (sts[i] == KF_REMOTE_BAD)
+      kf_remote_stats_of(t->remote)->bad++;
+  }
+  for (size_t i = 0; i < 2 * n; i++)
+    free(cnames[i]);
+  free(cnames);
+  free(names);
+  free(got);
+  free(gst);
+  free(recs);
+  free(ask);
+  free(content);
+  free(cst);
+}
+
+int kf_staged_publish_all(const kf_cache *c, kf_staged *v, size_t n, char **why) {
+  int rc = 0;
+  *why = NULL;
+  if (n && kf_cache_sync(c) != 0) {
+    *why = kf_xasprintf("cannot sync %s: %s", c->v1, strerror(errno));
+    rc = -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (rc)
+      kf_staged_drop(&v[i]);
+    else if (kf_staged_publish(c, &v[i], 1, why) != 0)
+      rc = -1;
+  }
+  if (n && rc == 0 && kf_cache_sync(c) != 0) {
+    *why = kf_xasprintf("cannot sync %s: %s", c->v1, strerror(errno));
+    rc = -1;
+  }
+  return rc;
 }
 
 /* Stores content under cas/<its sha256> (write-once) and fills sha. */
@@ -486,4 +561,53 @@ int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_b
     return KF_REMOTE_BAD;
   int st = get_content(t, "manifest", sha, size, out, why);
   return st == KF_REMOTE_OK ? st : KF_REMOTE_BAD;
+}
+
+/* The text a shared record's signature covers. */
+static char *shared_message(const char *id, const char *body) {
+  char sha[65];
+  kf_sha256_hex(body, strlen(body), sha);
+  return kf_xasprintf("kforge-shared-v1\nid=%s\nbody_sha256=%s\n", id, sha);
+}
+
+char *kf_remote_shared_get(kf_tier *t, const char *id, size_t *len) {
+  kf_buf b = {0};
+  if (get_record(t, shared_ac(id), &b) != KF_REMOTE_OK)
+    return NULL;
+  cJSON *o = cJSON_ParseWithLength(b.data, b.len);
+  kf_buf_free(&b);
+  const cJSON *rid = cJSON_GetObjectItemCaseSensitive(o, "id");
+  const cJSON *body = cJSON_GetObjectItemCaseSensitive(o, "body");
+  char *text = NULL;
+  if (cJSON_IsString(rid) && !strcmp(rid->valuestring, id) && cJSON_IsString(body)) {
+    char *msg = shared_message(id, body->valuestring);
+    char *why = check_signature(t, o, msg);
+    if (!why)
+      text = kf_xstrdup(body->valuestring);
+    free(why);
+    free(msg);
+  }
+  cJSON_Delete(o);
+  if (text)
+    *len = strlen(text);
+  return text;
+}
+
+void kf_remote_shared_put(kf_tier *t, const char *id, const char *text) {
+  if (!kf_remote_writable(t->remote))
+    return;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "format", 1);
+  cJSON_AddStringToObject(o, "type", "kforge-shared");
+  cJSON_AddStringToObject(o, "id", id);
+  cJSON_AddStringToObject(o, "body", text);
+  char *msg = shared_message(id, text);
+  add_signature(t, o, msg);
+  free(msg);
+  char *rec = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  char *name = shared_ac(id);
+  kf_remote_put(t->remote, name, rec, strlen(rec), 1); /* a class's files change: replaced */
+  free(name);
+  free(rec);
 }

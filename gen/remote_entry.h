@@ -5,7 +5,9 @@
  *   cas/<sha256>   content: an entry's object and meta.json, a manifest;
  *   ac/<sha256>    a record that names content: sha256 of
  *                  "kforge/v1/entry/<key>" for an entry,
- *                  "kforge/v1/manifest/<model>/<arch>" for a manifest.
+ *                  "kforge/v1/manifest/<model>/<arch>" for a manifest;
+ *                  "kforge/v1/shared/<name>" holds what keying shares
+ *                  (digest.h's kf_closure_share) in the record itself.
  * Content goes up before the record that names it, write-once (a manifest's
  * record is replaced). Nothing read back is trusted: every blob is checked
  * against the SHA-256 its record names, the record against the key computed
@@ -69,21 +71,23 @@ typedef struct {
   int lock;
 } kf_staged;
 
-/* Fetches key's entry and verifies it into *staged (publish or drop it).
- * Returns KF_REMOTE_OK, KF_REMOTE_MISSING, or KF_REMOTE_BAD with *why
- * (nothing staged then). */
-int kf_remote_entry_stage(kf_tier *t, const kf_cache *c, const char *key, kf_staged *staged,
-                          char **why);
+/* Fetches n keys' entries and verifies each into staged[i] (publish or
+ * drop it), asking the remote for every record, then for all their
+ * contents, in two batches. sts[i]: KF_REMOTE_OK, KF_REMOTE_MISSING, or
+ * KF_REMOTE_BAD with whys[i] (caller frees; nothing staged then). */
+void kf_remote_entries_stage(kf_tier *t, const kf_cache *c, const char *const *keys, size_t n,
+                             kf_staged *staged, int *sts, char **whys);
 /* Publishes a staged entry (unless a good one appeared meanwhile) and
  * releases it; synced: the caller made its files durable with
  * kf_cache_sync (kf_cache_publish_synced). Returns 0, or -1 with *why. */
 int kf_staged_publish(const kf_cache *c, kf_staged *s, int synced, char **why);
+/* Publishes n staged entries with two file-system syncs in all
+ * (kf_cache_sync): the staged files before their renames, the renames
+ * after. Returns 0, or -1 with *why (caller frees); every entry is released
+ * either way, and what was published before a failure stays. */
+int kf_staged_publish_all(const kf_cache *c, kf_staged *v, size_t n, char **why);
 /* Removes a staged entry and releases its lock. */
 void kf_staged_drop(kf_staged *s);
-/* Fetches key's entry, verifies it and publishes it into c (prepared).
- * Returns KF_REMOTE_OK (the entry is in c), KF_REMOTE_MISSING, or
- * KF_REMOTE_BAD with *why (nothing was written to c). */
-int kf_remote_entry_fetch(kf_tier *t, const kf_cache *c, const char *key, char **why);
 /* Uploads c's good entry of key (object, meta, then the record; what is
  * there already is left). Returns KF_REMOTE_OK or KF_REMOTE_FAILED. */
 int kf_remote_entry_upload(kf_tier *t, const kf_cache *c, const char *key);
@@ -100,5 +104,13 @@ int kf_remote_manifest_put(kf_tier *t, const char *model, const char *arch, cons
  * KF_REMOTE_BAD with *why. */
 int kf_remote_manifest_get(kf_tier *t, const char *model, const char *arch, kf_buf *out,
                            kf_buf *record, char **why);
+
+/* What keying shares (digest.h's kf_closure_share), under ac/<sha256 of
+ * "kforge/v1/shared/<id>"> as a record with the text in "body", signed
+ * like an entry's. get returns the body of a record that names id and
+ * passes the trusted keys, else NULL (caller frees); put replaces the
+ * record (a closure class's headers change) on writable remotes. */
+char *kf_remote_shared_get(kf_tier *t, const char *id, size_t *len);
+void kf_remote_shared_put(kf_tier *t, const char *id, const char *text);
 
 #endif /* KF_REMOTE_ENTRY_H */

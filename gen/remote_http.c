@@ -8,6 +8,7 @@
 
 #include <curl/curl.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,8 @@ typedef struct {
   char *aws_sigv4;
   long connect_ms, operation_ms;
   CURL *curl;
+  CURLM *multi; /* get_many's transfers, kept with their connections */
+  CURL *parallel[8];
 } http_backend;
 
 typedef struct {
@@ -48,11 +51,8 @@ static size_t on_discard(char *p, size_t size, size_t n, void *ctx) {
   return size * n;
 }
 
-/* Sets up one request on the kept handle. */
-static CURL *request(http_backend *h, const char *name) {
-  if (!h->curl)
-    h->curl = curl_easy_init();
-  CURL *c = h->curl;
+/* Sets up one request on c. */
+static void setup(http_backend *h, CURL *c, const char *name) {
   curl_easy_reset(c);
   char *url = kf_xasprintf("%s/%s", h->base_url, name);
   curl_easy_setopt(c, CURLOPT_URL, url);
@@ -68,7 +68,14 @@ static CURL *request(http_backend *h, const char *name) {
   }
   if (h->aws_sigv4)
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, h->aws_sigv4);
-  return c;
+}
+
+/* Sets up one request on the kept handle. */
+static CURL *request(http_backend *h, const char *name) {
+  if (!h->curl)
+    h->curl = curl_easy_init();
+  setup(h, h->curl, name);
+  return h->curl;
 }
 
 /* Performs the request. Returns the HTTP status, or -1 with *err. */
@@ -114,6 +121,78 @@ static int http_get(kf_remote_backend *b, const char *name, kf_buf *out, char **
   return fetch((http_backend *)b, name, out, err);
 }
 
+/* Starts GET names[i] on c, its body into outs[i]. */
+static void start_get(http_backend *h, CURL *c, const char *const *names, kf_buf *outs, size_t i) {
+  setup(h, c, names[i]);
+  outs[i].len = 0;
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &outs[i]);
+  curl_easy_setopt(c, CURLOPT_PRIVATE, (void *)(uintptr_t)i);
+  curl_multi_add_handle(h->multi, c);
+}
+
+/* GETs on up to 8 connections at once (curl's multi interface). */
+static int http_get_many(kf_remote_backend *b, const char *const *names, size_t n, kf_buf *outs,
+                         int *sts, char **err) {
+  http_backend *h = (http_backend *)b;
+  enum { WIDTH = sizeof h->parallel / sizeof h->parallel[0] };
+  if (!h->multi)
+    h->multi = curl_multi_init();
+  size_t next = 0, done = 0, running_handles = 0;
+  for (size_t k = 0; k < WIDTH && next < n; k++, next++) {
+    if (!h->parallel[k])
+      h->parallel[k] = curl_easy_init();
+    start_get(h, h->parallel[k], names, outs, next);
+    running_handles++;
+  }
+  int rc = KF_REMOTE_OK;
+  while (done < n && rc == KF_REMOTE_OK) {
+    int still = 0;
+    if (curl_multi_perform(h->multi, &still) != CURLM_OK) {
+      *err = kf_xstrdup("the transfers failed");
+      rc = KF_REMOTE_FAILED;
+      break;
+    }
+    CURLMsg *msg;
+    int left;
+    while (rc == KF_REMOTE_OK && (msg = curl_multi_info_read(h->multi, &left))) {
+      if (msg->msg != CURLMSG_DONE)
+        continue;
+      CURL *c = msg->easy_handle;
+      void *priv = NULL;
+      curl_easy_getinfo(c, CURLINFO_PRIVATE, &priv);
+      size_t i = (size_t)(uintptr_t)priv;
+      long status = 0;
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+      CURLcode res = msg->data.result;
+      curl_multi_remove_handle(h->multi, c);
+      running_handles--;
+      done++;
+      if (res != CURLE_OK) {
+        *err = kf_xasprintf("GET %s: %s", names[i], curl_easy_strerror(res));
+        rc = KF_REMOTE_FAILED;
+      } else if (status == 200 || status == 404) {
+        sts[i] = status == 200 ? KF_REMOTE_OK : KF_REMOTE_MISSING;
+        if (next < n) {
+          start_get(h, c, names, outs, next++);
+          running_handles++;
+        }
+      } else {
+        rc = status_error(status, "GET", names[i], err);
+      }
+    }
+    if (rc == KF_REMOTE_OK && done < n &&
+        curl_multi_poll(h->multi, NULL, 0, 1000, NULL) != CURLM_OK) {
+      *err = kf_xstrdup("the transfers failed");
+      rc = KF_REMOTE_FAILED;
+    }
+  }
+  for (size_t k = 0; k < WIDTH && running_handles; k++) /* after a failure */
+    if (h->parallel[k])
+      curl_multi_remove_handle(h->multi, h->parallel[k]);
+  return rc;
+}
+
 static int http_exists(kf_remote_backend *b, const char *name, char **err) {
   return fetch((http_backend *)b, name, NULL, err);
 }
@@ -148,6 +227,14 @@ static void http_close(kf_remote_backend *b) {
   http_backend *h = (http_backend *)b;
   if (h->curl)
     curl_easy_cleanup(h->curl);
+  for (size_t k = 0; k < sizeof h->parallel / sizeof h->parallel[0]; k++)
+    if (h->parallel[k]) {
+      if (h->multi)
+        curl_multi_remove_handle(h->multi, h->parallel[k]);
+      curl_easy_cleanup(h->parallel[k]);
+    }
+  if (h->multi)
+    curl_multi_cleanup(h->multi);
   free(h->base_url);
   free(h->bearer_token);
   free(h->aws_sigv4);
@@ -172,6 +259,7 @@ kf_remote_backend *kf_remote_http_open(const kf_remote_options *o, char **err) {
   h->base.get = http_get;
   h->base.put = http_put;
   h->base.exists = http_exists;
+  h->base.get_many = http_get_many;
   h->base.close = http_close;
   h->base.display = kf_xstrdup(o->url);
   h->base_url = kf_xstrdup(o->url);

@@ -108,6 +108,46 @@ static int redis_get(kf_remote_backend *b, const char *name, kf_buf *out, char *
   return st;
 }
 
+/* Pipelined GETs, a bounded number in flight. */
+static int redis_get_many(kf_remote_backend *b, const char *const *names, size_t n, kf_buf *outs,
+                          int *sts, char **err) {
+  redis_backend *r = (redis_backend *)b;
+  if (connect_redis(r, err) != 0)
+    return KF_REMOTE_FAILED;
+  enum { WINDOW = 64 };
+  for (size_t at = 0; at < n; at += WINDOW) {
+    size_t m = n - at < WINDOW ? n - at : WINDOW;
+    for (size_t i = 0; i < m; i++)
+      if (redisAppendCommand(r->ctx, "GET kforge/%s", names[at + i]) != REDIS_OK)
+        goto lost;
+    for (size_t i = 0; i < m; i++) {
+      redisReply *rep = NULL;
+      if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK || !rep)
+        goto lost;
+      kf_buf *out = &outs[at + i];
+      out->len = 0;
+      sts[at + i] = KF_REMOTE_MISSING;
+      if (rep->type == REDIS_REPLY_STRING) {
+        kf_buf_add(out, rep->str, rep->len);
+        sts[at + i] = KF_REMOTE_OK;
+      } else if (rep->type != REDIS_REPLY_NIL) {
+        *err = kf_xasprintf("GET %s answered type %d, not a string", names[at + i], rep->type);
+        freeReplyObject(rep);
+        redisFree(r->ctx); /* replies still owed: the connection is out of step */
+        r->ctx = NULL;
+        return KF_REMOTE_FAILED;
+      }
+      freeReplyObject(rep);
+    }
+  }
+  return KF_REMOTE_OK;
+lost:
+  *err = kf_xstrdup(r->ctx->errstr[0] ? r->ctx->errstr : "no reply");
+  redisFree(r->ctx); /* replies still owed: the connection is out of step */
+  r->ctx = NULL;
+  return KF_REMOTE_FAILED;
+}
+
 static int redis_put(kf_remote_backend *b, const char *name, const void *data, size_t len,
                      int overwrite, char **err) {
   redis_backend *r = (redis_backend *)b;
@@ -167,6 +207,7 @@ kf_remote_backend *kf_remote_redis_open(const kf_remote_options *o, char **err) 
   r->base.get = redis_get;
   r->base.put = redis_put;
   r->base.exists = redis_exists;
+  r->base.get_many = redis_get_many;
   r->base.close = redis_close;
   r->connect_ms = o->connect_ms;
   r->operation_ms = o->operation_ms;

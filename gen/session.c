@@ -238,10 +238,38 @@ static int prepare_for(kf_session *s, const kf_unit *u) {
   return 2;
 }
 
-/* Emits and keys u, then finds its entry or hands it to the pool. Returns 0,
- * 2 when its source cannot be written, or -1 when the cache lacks its entry
- * and cannot be written. */
-static int start_unit(kf_session *s, kf_pool *p, kf_unit *u, int *prepared) {
+/* Local misses that go to the remote together (kf_session_remote_fetch_many)
+ * before what is still missing goes to the pool: a batch costs two round
+ * trips, where one at a time each costs three. */
+#define REMOTE_BATCH 32
+typedef struct {
+  kf_unit *v[REMOTE_BATCH];
+  size_t n;
+} remote_queue;
+
+/* Fetches the queued units' entries; the rest go to the pool. */
+static void fetch_queued(kf_session *s, kf_pool *p, remote_queue *q) {
+  int got[REMOTE_BATCH];
+  kf_session_remote_fetch_many(s, q->v, q->n, got);
+  for (size_t i = 0; i < q->n; i++) {
+    kf_unit *u = q->v[i];
+    kf_entry_meta found;
+    if (got[i] && kf_cache_check_entry(&s->cache, u->key, &found, NULL) == KF_ENTRY_OK) {
+      kf_unit_take_entry(u, &found);
+      kf_entry_meta_free(&found);
+      u->state = KF_UNIT_CACHED;
+      kf_pool_settled(p);
+    } else if (!kf_pool_share(p, u)) {
+      kf_pool_add(p, u);
+    }
+  }
+  q->n = 0;
+}
+
+/* Emits and keys u, then finds its entry, queues it for the remote or hands
+ * it to the pool. Returns 0, 2 when its source cannot be written, or -1 when
+ * the cache lacks its entry and cannot be written. */
+static int start_unit(kf_session *s, kf_pool *p, kf_unit *u, int *prepared, remote_queue *q) {
   if (emit(u) != 0) {
     u->state = KF_UNIT_FAILED;
     kf_pool_settled(p);
@@ -275,12 +303,10 @@ static int start_unit(kf_session *s, kf_pool *p, kf_unit *u, int *prepared) {
       return -1;
     *prepared = 1;
   }
-  if (s->tier.remote && kf_session_remote_fetch(s, u) &&
-      kf_cache_check_entry(&s->cache, u->key, &found, NULL) == KF_ENTRY_OK) {
-    kf_unit_take_entry(u, &found);
-    kf_entry_meta_free(&found);
-    u->state = KF_UNIT_CACHED;
-    kf_pool_settled(p);
+  if (s->tier.remote) {
+    q->v[q->n++] = u;
+    if (q->n == REMOTE_BATCH)
+      fetch_queued(s, p, q);
     return 0;
   }
   kf_pool_add(p, u);
@@ -320,12 +346,15 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
   kf_progress progress = isatty(2) ? KF_PROGRESS_TTY : KF_PROGRESS_LINES;
   kf_pool *p = kf_pool_start(&s->cache, s->cli->jobs, (int)s->plan.n, progress);
   int rc = 0, prepared = 0, unwritable = 0;
+  remote_queue q = {{0}, 0};
   for (size_t i = 0; i < s->plan.n && !unwritable; i++) {
-    int r = start_unit(s, p, &s->units[i], &prepared);
+    int r = start_unit(s, p, &s->units[i], &prepared, &q);
     unwritable = r < 0; /* the cache cannot take what is missing: stop */
     if (r > 0)
       rc = r;
   }
+  if (q.n)
+    fetch_queued(s, p, &q);
   kf_pool_finish(p);
   if (unwritable)
     return 2;

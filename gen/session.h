@@ -66,10 +66,11 @@ int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *a
 /* Opens the remotes and keys of s->cli. Returns 0, or 2 after reporting a
  * bad configuration. */
 int kf_session_remote_open(kf_session *s);
-/* Asks the remote for u's missing entry, into the prepared cache. Returns 1
- * when u's entry is now in the cache, else 0 (a refused entry is reported,
- * and u is to be built here). */
-int kf_session_remote_fetch(kf_session *s, kf_unit *u);
+/* Asks the remote for n units' missing entries at once (remote_entry.h's
+ * batches, published with two syncs) into the prepared cache: got[i] says
+ * whether units[i]'s entry is now there (a refused entry is reported, and
+ * its unit is to be built here). */
+void kf_session_remote_fetch_many(kf_session *s, kf_unit **units, size_t n, int *got);
 /* After the build: uploads the entries this run compiled, then publishes
  * every manifest whose kernels are all on the remote. Returns the number of
  * manifests that could not be published (incomplete there). */

@@ -26,6 +26,14 @@ int kf_session_in_shard(const kf_session *s, const kf_unit *u) {
   return (int)(h % (unsigned long long)s->cli->nshards) == s->cli->shard - 1;
 }
 
+static char *closure_get(void *ctx, const char *id, size_t *len) {
+  return kf_remote_shared_get(ctx, id, len);
+}
+
+static void closure_put(void *ctx, const char *id, const char *text) {
+  kf_remote_shared_put(ctx, id, text);
+}
+
 int kf_session_remote_open(kf_session *s) {
   char *err = NULL;
   int r = kf_tier_open(&s->tier, &s->cli->remotes, s->cli->remote_read_only, s->cli->signing_key,
@@ -35,27 +43,61 @@ int kf_session_remote_open(kf_session *s) {
     free(err);
     return 2;
   }
+  if (r > 0) { /* a fresh builder keys from closures other builders parsed */
+    kf_closure_share share = {closure_get, closure_put, &s->tier};
+    kf_digest_set_share(s->digest, &share);
+  }
   return 0;
 }
 
-int kf_session_remote_fetch(kf_session *s, kf_unit *u) {
+void kf_session_remote_fetch_many(kf_session *s, kf_unit **units, size_t n, int *got) {
+  const char **keys = kf_xcalloc(n + 1, sizeof *keys);
+  size_t *of = kf_xcalloc(n + 1, sizeof *of); /* units[i]'s key is keys[of[i]] */
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = 0;
+    while (k < m && strcmp(keys[k], units[i]->key)) /* identical instantiations: one lock */
+      k++;
+    if (k == m)
+      keys[m++] = units[i]->key;
+    of[i] = k;
+  }
+  kf_staged *staged = kf_xcalloc(m + 1, sizeof *staged);
+  int *sts = kf_xcalloc(m + 1, sizeof *sts);
+  char **whys = kf_xcalloc(m + 1, sizeof *whys);
+  kf_remote_entries_stage(&s->tier, &s->cache, keys, m, staged, sts, whys);
+  size_t nstaged = 0;
+  for (size_t k = 0; k < m; k++)
+    if (sts[k] == KF_REMOTE_OK)
+      staged[nstaged++] = staged[k];
   char *why = NULL;
-  int st = kf_remote_entry_fetch(&s->tier, &s->cache, u->key, &why);
-  if (st == KF_REMOTE_OK) {
-    s->fetched++;
-    u->on_remote = 1;
-    return 1;
-  }
-  if (st == KF_REMOTE_BAD) {
-    s->refused++;
-    u->on_remote = -1; /* what is there is refused: no manifest of ours names it */
-    kf_warning(NULL, NULL, "%s: remote entry %s refused: %s; building it here", u->in->id, u->key,
-               why);
-  } else {
-    kf_remote_stats_of(s->tier.remote)->misses++;
-  }
+  if (kf_staged_publish_all(&s->cache, staged, nstaged, &why) != 0)
+    kf_warning(NULL, NULL, "%s; building here what was fetched", why);
   free(why);
-  return 0;
+  for (size_t i = 0; i < n; i++) {
+    kf_unit *u = units[i];
+    int st = sts[of[i]];
+    got[i] =
+        st == KF_REMOTE_OK && kf_cache_check_entry(&s->cache, u->key, NULL, NULL) == KF_ENTRY_OK;
+    if (got[i]) {
+      s->fetched++;
+      u->on_remote = 1;
+    } else if (st == KF_REMOTE_BAD) {
+      s->refused++;
+      u->on_remote = -1; /* what is there is refused: no manifest of ours names it */
+      kf_warning(NULL, NULL, "%s: remote entry %s refused: %s; building it here", u->in->id, u->key,
+                 whys[of[i]]);
+    } else if (st == KF_REMOTE_MISSING) {
+      kf_remote_stats_of(s->tier.remote)->misses++;
+    }
+  }
+  for (size_t k = 0; k < m; k++)
+    free(whys[k]);
+  free(whys);
+  free(sts);
+  free(staged);
+  free(of);
+  free(keys);
 }
 
 /* Makes sure u's kernel is on the remote and its checksum known: uploads a

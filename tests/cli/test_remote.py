@@ -37,8 +37,8 @@ class Remote(unittest.TestCase):
 
     # --- helpers --------------------------------------------------------------
 
-    def kf(self, cmd, cache, *args, env=None, timeout=300):
-        w = self.w
+    def kf(self, cmd, cache, *args, env=None, timeout=300, work=None):
+        w = work or self.w  # another Work is another checkout, elsewhere
         argv = ["--cache", cache] + list(args)
         if cmd in ("build", "warm", "publish", "keys"):
             argv = (["--out", "kernels-out", "--templates", "templates", "-I", VENDOR_B,
@@ -140,6 +140,53 @@ class Remote(unittest.TestCase):
         self.assertEqual((c.doc["cached"], c.doc["remote"]["fetched"], c.doc["remote"]["bytes_in"]),
                          (6, 0, 0), c)
 
+    def test_a_builder_elsewhere_keys_from_shared_closures_unless_its_files_differ(self):
+        redis = Redis(self)
+        a = self.build("a", "--remote", redis.url)
+        self.assertGreater(a.doc["parsed"], 0, a)
+        # another checkout in another directory: no parse, the same keys
+        w2 = Work(self, "remote-elsewhere")
+        b = self.build("b", "--remote", redis.url, work=w2)
+        self.assertEqual((b.doc["parsed"], b.doc["compiled"], b.doc["remote"]["fetched"]),
+                         (0, 0, 6), b)
+        self.assertEqual(self.keys_in(w2, "b"), self.keys("a"))
+        # a comment is not a token: the shared closure still holds
+        tmpl = [n for n in os.listdir(w2.path("templates")) if n.endswith((".cuh", ".h"))]
+        edited = w2.path("templates", sorted(tmpl)[0])
+        with open(edited, "a") as f:
+            f.write(f"\n// salt {self.salt}\n")
+        c = self.build("c", "--remote", redis.url, work=w2)
+        self.assertEqual((c.doc["parsed"], c.doc["compiled"]), (0, 0), c)
+        # a token is: that builder parses, and its keys are its own
+        w3 = Work(self, "remote-edited")
+        edited = w3.path("templates", sorted(tmpl)[0])
+        with open(edited, "a") as f:
+            f.write(f"\nstatic const int kf_test_edit_{self.salt} = 1;\n")
+        d = self.build("d", "--remote", redis.url, work=w3)
+        self.assertGreater(d.doc["parsed"], 0, d)
+        solo = Work(self, "remote-edited-solo")
+        with open(solo.path("templates", sorted(tmpl)[0]), "a") as f:
+            f.write(f"\nstatic const int kf_test_edit_{self.salt} = 1;\n")
+        self.build("s", work=solo)  # no remote: its own parse
+        self.assertEqual(self.keys_in(w3, "d"), self.keys_in(solo, "s"))
+        self.assertNotEqual(self.keys_in(w3, "d"), self.keys("a"))
+        # a header that would now shadow one the closure found: parses
+        w4 = Work(self, "remote-shadow")
+        deps = [os.path.join(dp, n) for dp, _, ns in os.walk(self.v1("a", "deps")) for n in ns]
+        absent = sorted({p for d in deps for p in json.load(open(d))["absent"]
+                         if p.startswith(self.w.path("templates") + os.sep)})
+        self.assertTrue(absent, "no absent candidate under templates/ to shadow")
+        shadow = w4.path(os.path.relpath(absent[0], self.w.root))
+        os.makedirs(os.path.dirname(shadow), exist_ok=True)
+        with open(shadow, "w") as f:
+            f.write(f"/* salt {self.salt} */\n")
+        e = self.build("e", "--remote", redis.url, work=w4)
+        self.assertGreater(e.doc["parsed"], 0, e)
+
+    def keys_in(self, work, cache):
+        with open(work.path(cache, "v1", "manifests", MODEL, ARCH + ".json")) as f:
+            return {k["id"]: k["key"] for k in json.load(f)["kernels"]}
+
     def test_redis_auth_unix_socket_and_database(self):
         pw = f"pw{self.rng.randrange(1 << 30)}"
         redis = Redis(self, password=pw)
@@ -239,6 +286,11 @@ class Remote(unittest.TestCase):
         # the same blobs (the entries of cache a) onto three shards
         self.build("a", "--remote", f"{n2.url}/*|shards=a,b(2),c")
         moved = {p.split("/", 1)[1]: p.split("/")[0] for p in n2.files()}
+        # the first build's shared keying records (it parsed; the second,
+        # a no-op, did not) are not the second's
+        records = {self.ac_of(f"kforge/v1/entry/{k}") for k in self.keys("a").values()}
+        records.add(self.ac_of(f"kforge/v1/manifest/{MODEL}/{ARCH}"))
+        placed = {n: s for n, s in placed.items() if n.startswith("cas/") or n in records}
         self.assertEqual(set(moved), set(placed))
         for name, shard in moved.items():
             if shard != "c":
