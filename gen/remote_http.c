@@ -5,6 +5,7 @@
  * SigV4), bearer-token=, aws-sigv4= (S3-compatible stores). */
 #define _GNU_SOURCE
 #include "remote.h"
+#include "sign.h"
 
 #include <curl/curl.h>
 
@@ -22,6 +23,8 @@ typedef struct {
   CURL *curl;
   CURLM *multi; /* get_many's transfers, kept with their connections */
   CURL *parallel[8];
+  char *sha_header;           /* SigV4: "x-<provider>-content-sha256", else NULL */
+  struct curl_slist *no_body; /* SigV4: that header for a request without a body */
 } http_backend;
 
 typedef struct {
@@ -66,8 +69,39 @@ static void setup(http_backend *h, CURL *c, const char *name) {
     curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
     curl_easy_setopt(c, CURLOPT_XOAUTH2_BEARER, h->bearer_token);
   }
-  if (h->aws_sigv4)
+  if (h->aws_sigv4) {
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, h->aws_sigv4);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->no_body);
+  }
+}
+
+/* SigV4 signs the payload's SHA-256, which S3 and its look-alikes require
+ * in a header of its own (a request without it is taken as unsigned and its
+ * signature then fails); curl uses the header's value when it signs. The
+ * header is named after the second provider of CURLOPT_AWS_SIGV4
+ * ("aws:amz:…" gives x-amz-content-sha256). */
+static char *sha_header_name(const char *sigv4) {
+  const char *p = strchr(sigv4, ':');
+  const char *name = p ? p + 1 : sigv4;
+  size_t n = strcspn(name, ":");
+  char *out = kf_xasprintf("x-%.*s-content-sha256", (int)n, name);
+  for (char *q = out; *q; q++)
+    if (*q >= 'A' && *q <= 'Z')
+      *q = (char)(*q - 'A' + 'a');
+  return out;
+}
+
+/* Adds the payload hash header of data to hdrs (SigV4 only). */
+static struct curl_slist *add_payload_hash(const http_backend *h, struct curl_slist *hdrs,
+                                           const void *data, size_t len) {
+  if (!h->sha_header)
+    return hdrs;
+  char sha[65];
+  kf_sha256_hex(data, len, sha);
+  char *line = kf_xasprintf("%s: %s", h->sha_header, sha);
+  hdrs = curl_slist_append(hdrs, line);
+  free(line);
+  return hdrs;
 }
 
 /* Sets up one request on the kept handle. */
@@ -211,8 +245,11 @@ static int http_put(kf_remote_backend *b, const char *name, const void *data, si
   curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
   curl_easy_setopt(c, CURLOPT_READDATA, &u);
   curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)len);
-  struct curl_slist *hdrs = curl_slist_append(NULL, "Expect:");
+  /* "Expect:" (no 100-continue round trip) removes a header, which SigV4
+   * would still sign: a SigV4 store then refuses the signature */
+  struct curl_slist *hdrs = h->sha_header ? NULL : curl_slist_append(NULL, "Expect:");
   hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
+  hdrs = add_payload_hash(h, hdrs, data, len);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
   long st = perform(h, "PUT", name, err);
   curl_slist_free_all(hdrs);
@@ -235,6 +272,8 @@ static void http_close(kf_remote_backend *b) {
     }
   if (h->multi)
     curl_multi_cleanup(h->multi);
+  curl_slist_free_all(h->no_body);
+  free(h->sha_header);
   free(h->base_url);
   free(h->bearer_token);
   free(h->aws_sigv4);
@@ -267,6 +306,10 @@ kf_remote_backend *kf_remote_http_open(const kf_remote_options *o, char **err) {
     h->base_url[n - 1] = '\0';
   h->bearer_token = o->bearer_token ? kf_xstrdup(o->bearer_token) : NULL;
   h->aws_sigv4 = o->aws_sigv4 ? kf_xstrdup(o->aws_sigv4) : NULL;
+  if (h->aws_sigv4) {
+    h->sha_header = sha_header_name(h->aws_sigv4);
+    h->no_body = add_payload_hash(h, NULL, "", 0);
+  }
   h->connect_ms = o->connect_ms;
   h->operation_ms = o->operation_ms;
   return &h->base;

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kfhelp import FIXTURE_MODEL, VENDOR_B, Work, fixture_ids, make_nvcc_wrapper
 from remote_servers import FaultServer, Nginx, Redis, need
+from s3_server import S3
 
 IDS = fixture_ids()
 MODEL, ARCH = "fx-small", "sm_90a"
@@ -228,6 +229,29 @@ class Remote(unittest.TestCase):
         again = self.pull("p", "--remote", url)
         self.assertIn("(0 fetched, 6 already here)", again.out)
         self.assertEqual(a.doc["remote"]["errors"], 0)
+
+    def test_s3_with_sigv4_builds_fetches_pulls_and_refuses_a_wrong_secret(self):
+        s3 = S3(self)
+        sigv4 = f"aws-sigv4=aws:amz:{s3.region}:s3"
+        url = f"http://{s3.access_key}:{s3.secret_key}@127.0.0.1:{s3.port}/{s3.bucket}|{sigv4}"
+        a = self.build("a", "--remote", url)
+        self.assertEqual((a.doc["compiled"], a.doc["remote"]["errors"],
+                          a.doc["remote"]["manifests_published"]), (6, 0, 1), a)
+        b = self.build("b", "--remote", url)
+        self.assertEqual((b.doc["compiled"], b.doc["remote"]["fetched"], b.doc["parsed"]),
+                         (0, 6, 0), b)
+        self.assertEqual(self.digest("b"), self.digest("a"))
+        self.pull("p", "--remote", url)
+        self.verify("p")
+        self.assertEqual(self.digest("p"), self.digest("a"))
+        # the store checks the signature: a wrong secret is refused, said
+        # once, and the build goes on locally
+        wrong = url.replace(s3.secret_key, "x" + s3.secret_key[1:])
+        c = self.build("c", "--remote", wrong)
+        self.assertEqual((c.doc["compiled"], c.doc["remote"]["fetched"]), (6, 0), c)
+        self.assertEqual(c.err.count("skipped for the rest of this run"), 1, c)
+        self.assertIn("HTTP 403", c.err, c)
+        self.assertNotIn(s3.secret_key[1:], c.err + c.out, "a secret reached a message")
 
     def test_three_shard_builders_then_a_puller_match_one_machine(self):
         nginx, redis = Nginx(self), Redis(self)
