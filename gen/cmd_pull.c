@@ -32,12 +32,13 @@ typedef struct {
   long kernels, fetched, here, manifests, failed;
 } pull_counts;
 
-/* Whether the local entry of k is good and holds the object k names. */
-static int have_kernel(const kf_cache *c, const kf_manifest_kernel *k) {
+/* Whether the local entry of key is good and holds the object named by
+ * checksum and size. */
+static int have_entry(const kf_cache *c, const char *key, const char *checksum, int64_t size) {
   kf_entry_meta m;
-  if (kf_cache_check_entry(c, k->key, &m, NULL) != KF_ENTRY_OK)
+  if (kf_cache_check_entry(c, key, &m, NULL) != KF_ENTRY_OK)
     return 0;
-  int same = !strcmp(m.checksum, k->checksum) && m.size == k->size;
+  int same = !strcmp(m.checksum, checksum) && m.size == size;
   kf_entry_meta_free(&m);
   return same;
 }
@@ -61,154 +62,200 @@ static int write_manifest(const char *path, const kf_buf *text, const kf_buf *re
   return r;
 }
 
-/* Entries staged and not yet published: at most BATCH at once, since each
- * holds its key's lock (an open file). */
-#define BATCH 64
+/* One (model, arch) being pulled: its verified manifest from the remote. */
 typedef struct {
-  kf_staged *v;
-  size_t n;
-} batch;
+  const char *model, *arch;
+  kf_buf text, record;
+  kf_manifest man;
+  int ok; /* manifest taken; cleared when a kernel of it cannot be had */
+} pulled;
 
-/* Publishes the batch (kf_staged_publish_all). Returns 0, or 1 after
- * reporting (the batch is released either way). */
-static int flush(const kf_cache *c, batch *b) {
+/* One key some manifest names, with the object it names. */
+typedef struct {
+  const char *key, *checksum, *id; /* the first naming kernel's */
+  int64_t size;
+  enum { WANTED, HERE, FETCHED, FAILED } state;
+} wanted;
+
+static int cmp_wanted(const void *a, const void *b) {
+  return strcmp(((const wanted *)a)->key, ((const wanted *)b)->key);
+}
+
+/* The entry of key among the sorted w[0..n), or NULL. */
+static wanted *find_wanted(wanted *w, size_t n, const char *key) {
+  wanted probe = {.key = key};
+  return bsearch(&probe, w, n, sizeof *w, cmp_wanted);
+}
+
+/* Gets and checks the manifest of p. Returns 0, or 1 after reporting. */
+static int get_manifest(kf_tier *t, pulled *p) {
   char *why = NULL;
-  int rc = kf_staged_publish_all(c, b->v, b->n, &why) != 0;
-  if (rc)
-    kf_error(NULL, NULL, "%s", why);
-  free(why);
-  b->n = 0;
+  int st = kf_remote_manifest_get(t, p->model, p->arch, &p->text, &p->record, &why);
+  if (st != KF_REMOTE_OK) {
+    if (st == KF_REMOTE_MISSING)
+      kf_error(NULL, NULL, "%s/%s: no manifest on the remote (build and publish it first)",
+               p->model, p->arch);
+    else
+      kf_error(NULL, NULL, "%s/%s: remote manifest refused: %s", p->model, p->arch, why);
+    free(why);
+    return 1;
+  }
+  if (kf_manifest_parse(p->text.data, p->text.len, &p->man, &why) != 0 || !p->man.model ||
+      !p->man.arch || strcmp(p->man.model, p->model) || strcmp(p->man.arch, p->arch)) {
+    kf_error(NULL, NULL, "%s/%s: remote manifest refused: %s", p->model, p->arch,
+             why ? why : "it names another model or arch");
+    free(why);
+    return 1;
+  }
+  for (size_t i = 0; i < p->man.nkernels; i++) {
+    const kf_manifest_kernel *k = &p->man.kernels[i];
+    if (!k->key || !k->checksum || !k->has_size) {
+      kf_error(NULL, NULL, "%s/%s: remote manifest refused: kernel %s is incomplete", p->model,
+               p->arch, k->id ? k->id : "?");
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Entries staged and not yet published: at most BATCH at once, since each
+ * holds its key's lock (an open file) and its bytes were in memory. */
+#define BATCH 128
+
+/* Fetches, checks and publishes w's entries that are WANTED, BATCH at a
+ * time (every record at once, then every meta and object at once: remote.h's
+ * get_many), each batch with two syncs. Returns 0, or 1 after reporting. */
+static int fetch_wanted(kf_tier *t, const kf_cache *c, wanted *w, size_t n) {
+  kf_staged staged[BATCH];
+  const char *keys[BATCH];
+  wanted *of[BATCH];
+  int sts[BATCH];
+  char *whys[BATCH];
+  int rc = 0;
+  for (size_t at = 0; at < n;) {
+    size_t m = 0;
+    for (; at < n && m < BATCH; at++)
+      if (w[at].state == WANTED) {
+        of[m] = &w[at];
+        keys[m++] = w[at].key;
+      }
+    if (!m)
+      break;
+    kf_remote_entries_stage(t, c, keys, m, staged, sts, whys);
+    size_t keep = 0;
+    for (size_t i = 0; i < m; i++) {
+      wanted *e = of[i];
+      if (sts[i] == KF_REMOTE_MISSING)
+        kf_error(NULL, NULL, "%s: entry %s is not on the remote", e->id, e->key);
+      else if (sts[i] != KF_REMOTE_OK)
+        kf_error(NULL, NULL, "%s: remote entry %s refused: %s", e->id, e->key, whys[i]);
+      else if (strcmp(staged[i].checksum, e->checksum) || staged[i].size != e->size) {
+        kf_error(NULL, NULL, "%s: entry %s does not hold the object the manifest names", e->id,
+                 e->key);
+        kf_staged_drop(&staged[i]);
+        sts[i] = KF_REMOTE_BAD;
+      }
+      free(whys[i]);
+      e->state = sts[i] == KF_REMOTE_OK ? FETCHED : FAILED;
+      if (sts[i] == KF_REMOTE_OK)
+        staged[keep++] = staged[i];
+      rc |= sts[i] != KF_REMOTE_OK;
+    }
+    /* what passed stays, even when another failed */
+    char *why = NULL;
+    if (kf_staged_publish_all(c, staged, keep, &why) != 0) {
+      kf_error(NULL, NULL, "%s", why);
+      for (size_t i = 0; i < m; i++)
+        if (of[i]->state == FETCHED && !have_entry(c, of[i]->key, of[i]->checksum, of[i]->size))
+          of[i]->state = FAILED;
+      rc = 1;
+    }
+    free(why);
+  }
   return rc;
 }
 
-static const kf_manifest *sort_manifest;
-static int cmp_key(const void *a, const void *b) {
-  const char *ka = sort_manifest->kernels[*(const size_t *)a].key;
-  const char *kb = sort_manifest->kernels[*(const size_t *)b].key;
-  return strcmp(ka ? ka : "", kb ? kb : "");
-}
-
-/* Sorts kernel indices by key: every puller takes the keys' locks in one
- * order, so two of them never wait on each other. */
-static void by_key(const kf_manifest *m, size_t *order) {
-  sort_manifest = m;
-  qsort(order, m->nkernels, sizeof *order, cmp_key);
-}
-
-/* Pulls one (model, arch). Returns 0 or 1 after reporting why not. */
-static int pull_one(kf_tier *t, const kf_cache *c, const char *model, const char *arch, int json,
-                    pull_counts *n) {
-  char *why = NULL;
-  kf_buf text = {0}, record = {0};
-  int st = kf_remote_manifest_get(t, model, arch, &text, &record, &why);
-  if (st != KF_REMOTE_OK) {
-    if (st == KF_REMOTE_MISSING)
-      kf_error(NULL, NULL, "%s/%s: no manifest on the remote (build and publish it first)", model,
-               arch);
-    else
-      kf_error(NULL, NULL, "%s/%s: remote manifest refused: %s", model, arch, why);
-    free(why);
-    kf_buf_free(&text);
-    return 1;
+/* Pulls every (models[i], arches[i]): all manifests first, then every entry
+ * they name that the cache lacks, in batches across manifests, then each
+ * manifest whose kernels are all here. Returns 0 or 1 after reporting. */
+static int pull_all(kf_tier *t, const kf_cache *c, const kf_strv *models, const kf_strv *arches,
+                    int json, pull_counts *n) {
+  pulled *ps = kf_xcalloc(models->n + 1, sizeof *ps);
+  size_t nw = 0;
+  for (size_t i = 0; i < models->n; i++) {
+    ps[i].model = models->v[i];
+    ps[i].arch = arches->v[i];
+    ps[i].ok = get_manifest(t, &ps[i]) == 0;
+    if (ps[i].ok)
+      nw += ps[i].man.nkernels;
   }
-  kf_manifest man;
-  int rc = 0;
-  if (kf_manifest_parse(text.data, text.len, &man, &why) != 0 || !man.model || !man.arch ||
-      strcmp(man.model, model) || strcmp(man.arch, arch)) {
-    kf_error(NULL, NULL, "%s/%s: remote manifest refused: %s", model, arch,
-             why ? why : "it names another model or arch");
-    rc = 1;
-  }
-  long fetched = 0, here = 0;
-  size_t *order = kf_xcalloc(man.nkernels + 1, sizeof *order);
-  for (size_t i = 0; i < man.nkernels; i++)
-    order[i] = i;
-  if (rc == 0)
-    by_key(&man, order);
-  batch b = {kf_xcalloc(BATCH, sizeof *b.v), 0};
-  const char **want = kf_xcalloc(BATCH, sizeof *want);
-  const char **want_id = kf_xcalloc(BATCH, sizeof *want_id);
-  int sts[BATCH];
-  char *whys[BATCH];
-  size_t nwant = 0;
-  for (size_t n = 0; rc == 0 && n <= man.nkernels; n++) {
-    /* the missing entries go in batches: every record at once, then every
-     * meta and object at once (remote.h's get_many) */
-    if (nwant == BATCH || (n == man.nkernels && nwant)) {
-      kf_remote_entries_stage(t, c, want, nwant, b.v, sts, whys);
-      for (size_t i = 0; i < nwant; i++) {
-        if (sts[i] == KF_REMOTE_OK)
-          fetched++;
-        else if (rc == 0 && sts[i] == KF_REMOTE_MISSING)
-          kf_error(NULL, NULL, "%s: entry %s is not on the remote", want_id[i], want[i]);
-        else if (rc == 0)
-          kf_error(NULL, NULL, "%s: remote entry %s refused: %s", want_id[i], want[i], whys[i]);
-        rc |= sts[i] != KF_REMOTE_OK;
-        free(whys[i]);
+  wanted *w = kf_xcalloc(nw + 1, sizeof *w);
+  nw = 0;
+  for (size_t i = 0; i < models->n; i++)
+    for (size_t k = 0; ps[i].ok && k < ps[i].man.nkernels; k++) {
+      const kf_manifest_kernel *mk = &ps[i].man.kernels[k];
+      w[nw++] = (wanted){mk->key, mk->checksum, mk->id ? mk->id : "?", mk->size, WANTED};
+    }
+  /* one entry per key (the same instantiation under two ids or models: one
+   * lock, one fetch), in key order: every puller takes the keys' locks in
+   * one order, so two of them never wait on each other */
+  qsort(w, nw, sizeof *w, cmp_wanted);
+  size_t u = 0;
+  for (size_t i = 0; i < nw; i++)
+    if (!u || strcmp(w[u - 1].key, w[i].key))
+      w[u++] = w[i];
+  nw = u;
+  for (size_t i = 0; i < nw; i++)
+    if (have_entry(c, w[i].key, w[i].checksum, w[i].size))
+      w[i].state = HERE;
+  int rc = fetch_wanted(t, c, w, nw);
+  for (size_t i = 0; i < models->n; i++) {
+    pulled *p = &ps[i];
+    long fetched = 0, here = 0;
+    for (size_t k = 0; p->ok && k < p->man.nkernels; k++) {
+      const kf_manifest_kernel *mk = &p->man.kernels[k];
+      wanted *e = find_wanted(w, nw, mk->key);
+      /* a key two manifests name with different objects: only one can be */
+      if (!e || e->state == FAILED || e->state == WANTED || strcmp(e->checksum, mk->checksum) ||
+          e->size != mk->size) {
+        if (e && e->state != FAILED && e->state != WANTED)
+          kf_error(NULL, NULL, "%s: entry %s does not hold the object the manifest names",
+                   mk->id ? mk->id : "?", mk->key);
+        p->ok = 0;
+      } else if (e->state == FETCHED) {
+        fetched++;
+      } else {
+        here++;
       }
-      /* what passed stays, even when another failed */
-      size_t keep = 0;
-      for (size_t i = 0; i < nwant; i++)
-        if (sts[i] == KF_REMOTE_OK)
-          b.v[keep++] = b.v[i];
-      b.n = keep;
-      rc |= flush(c, &b);
-      nwant = 0;
     }
-    if (n == man.nkernels || rc)
-      break;
-    const kf_manifest_kernel *k = &man.kernels[order[n]];
-    const char *id = k->id ? k->id : "?";
-    if (!k->key || !k->checksum || !k->has_size) {
-      kf_error(NULL, NULL, "%s/%s: remote manifest refused: kernel %s is incomplete", model, arch,
-               id);
-      rc = 1;
-      break;
+    if (p->ok) {
+      char *path = kf_cache_manifest_path(c, p->model, p->arch);
+      if (write_manifest(path, &p->text, &p->record) != 0) {
+        kf_error(NULL, NULL, "cannot write manifest %s: %s", path, strerror(errno));
+        p->ok = 0;
+      }
+      free(path);
     }
-    if (have_kernel(c, k)) {
-      here++;
-      continue;
-    }
-    if (nwant && !strcmp(want[nwant - 1], k->key))
-      continue; /* the same instantiation under two ids (sorted: adjacent): one lock, one fetch */
-    want_id[nwant] = id;
-    want[nwant++] = k->key;
-  }
-  free(want);
-  free(want_id);
-  free(b.v);
-  for (size_t i = 0; rc == 0 && i < man.nkernels; i++)
-    if (!have_kernel(c, &man.kernels[i])) {
-      kf_error(NULL, NULL, "%s: entry %s does not hold the object the manifest names",
-               man.kernels[i].id ? man.kernels[i].id : "?", man.kernels[i].key);
+    if (p->ok && !json)
+      printf("pulled %s/%s: %zu kernels (%ld fetched, %ld already here)\n", p->model, p->arch,
+             p->man.nkernels, fetched, here);
+    if (p->ok) {
+      n->kernels += (long)p->man.nkernels;
+      n->manifests++;
+    } else {
+      n->failed++;
       rc = 1;
     }
-  free(order);
-  if (rc == 0) {
-    char *path = kf_cache_manifest_path(c, model, arch);
-    if (write_manifest(path, &text, &record) != 0) {
-      kf_error(NULL, NULL, "cannot write manifest %s: %s", path, strerror(errno));
-      rc = 1;
-    }
-    free(path);
+    n->fetched += fetched;
+    n->here += here;
   }
-  if (rc == 0)
-    fetched = (long)man.nkernels - here; /* twins of a fetched key included */
-  if (rc == 0 && !json)
-    printf("pulled %s/%s: %zu kernels (%ld fetched, %ld already here)\n", model, arch, man.nkernels,
-           fetched, here);
-  if (rc == 0) {
-    n->kernels += (long)man.nkernels;
-    n->manifests++;
-  } else {
-    n->failed++;
+  for (size_t i = 0; i < models->n; i++) { /* w points into them */
+    kf_manifest_free(&ps[i].man);
+    kf_buf_free(&ps[i].text);
+    kf_buf_free(&ps[i].record);
   }
-  n->fetched += fetched;
-  n->here += here;
-  free(why);
-  kf_manifest_free(&man);
-  kf_buf_free(&text);
-  kf_buf_free(&record);
+  free(w);
+  free(ps);
   return rc;
 }
 
@@ -238,8 +285,7 @@ int kf_cmd_pull(int argc, char **argv) {
   }
   if (rc == 0) {
     pull_counts n = {0};
-    for (size_t i = 0; i < models.n; i++)
-      rc |= pull_one(&t, &c, models.v[i], arches.v[i], cli.json, &n);
+    rc = pull_all(&t, &c, &models, &arches, cli.json, &n);
     kf_stats_add_remote(&c, kf_remote_stats_of(t.remote));
     if (cli.json)
       printf("{\"manifests\": %ld, \"failed\": %ld, \"kernels\": %ld, \"fetched\": %ld, "

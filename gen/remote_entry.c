@@ -327,6 +327,8 @@ static int stage_one(const kf_cache *c, const char *key, const kf_remote_record 
   }
   if (*why || stage_files(c, key, r, meta, object, staged, why) != 0)
     return KF_REMOTE_BAD;
+  snprintf(staged->checksum, sizeof staged->checksum, "%s", r->checksum);
+  staged->size = r->object_size;
   return KF_REMOTE_OK;
 }
 

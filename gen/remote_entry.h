@@ -69,6 +69,8 @@ typedef struct {
   char key[33];
   char *dir;
   int lock;
+  char checksum[33]; /* the object's, as its verified record and meta say */
+  long long size;
 } kf_staged;
 
 /* Fetches n keys' entries and verifies each into staged[i] (publish or
