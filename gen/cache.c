@@ -173,6 +173,8 @@ int kf_entry_meta_write(const char *dir, const kf_entry_meta *m) {
   cJSON_AddStringToObject(o, "kernel_id", m->kernel_id);
   cJSON_AddStringToObject(o, "object", m->object);
   cJSON_AddStringToObject(o, "checksum", m->checksum);
+  if (m->sha256)
+    cJSON_AddStringToObject(o, "sha256", m->sha256);
   cJSON_AddNumberToObject(o, "size", (double)m->size);
   cJSON *cmd = cJSON_AddArrayToObject(o, "command");
   for (size_t i = 0; i < m->command.n; i++)
@@ -224,6 +226,7 @@ void kf_entry_meta_free(kf_entry_meta *m) {
   free(m->kernel_id);
   free(m->object);
   free(m->checksum);
+  free(m->sha256);
   kf_strv_free(&m->command);
   free(m->compiler_output);
   for (size_t i = 0; i < m->ninputs; i++) {
@@ -246,6 +249,7 @@ static void take_meta(const cJSON *o, kf_entry_meta *m) {
   m->kernel_id = kf_json_dup_string(o, "kernel_id");
   m->object = kf_json_dup_string(o, "object");
   m->checksum = kf_json_dup_string(o, "checksum");
+  m->sha256 = kf_json_dup_string(o, "sha256");
   m->compiler_output = kf_json_dup_string(o, "compiler_output");
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "size");
   m->has_size = cJSON_IsNumber(v);

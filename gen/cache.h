@@ -52,6 +52,7 @@ typedef struct {
   char *kernel_id;
   char *object;   /* file name of the code object inside the entry */
   char *checksum; /* of the object, 32 hex digits when well formed */
+  char *sha256;   /* of the object, 64 hex digits (NULL: an entry of an older kforge) */
   int has_size;
   long long size;  /* the object's bytes */
   kf_strv command; /* the compile command, output path included */

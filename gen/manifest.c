@@ -89,6 +89,8 @@ static cJSON *kernel_json(const kf_manifest_kernel *k) {
   cJSON_AddStringToObject(e, "object", k->object);
   cJSON_AddStringToObject(e, "meta", k->meta);
   cJSON_AddStringToObject(e, "checksum", k->checksum);
+  if (k->sha256)
+    cJSON_AddStringToObject(e, "sha256", k->sha256);
   cJSON_AddNumberToObject(e, "size", (double)k->size);
   cJSON_AddStringToObject(e, "symbol", k->symbol);
   const kf_manifest_launch *l = &k->launch;
@@ -217,6 +219,7 @@ static void load_kernel(kf_manifest *m, const cJSON *o) {
   k->object = kf_json_dup_string(o, "object");
   k->meta = kf_json_dup_string(o, "meta");
   k->checksum = kf_json_dup_string(o, "checksum");
+  k->sha256 = kf_json_dup_string(o, "sha256");
   k->symbol = kf_json_dup_string(o, "symbol");
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "width");
   k->width = cJSON_IsNumber(v) ? v->valueint : 0;
@@ -301,6 +304,7 @@ void kf_manifest_free(kf_manifest *m) {
     free(k->object);
     free(k->meta);
     free(k->checksum);
+    free(k->sha256);
     free(k->symbol);
     for (size_t b = 0; b < k->nbuffers; b++)
       free(k->buffers[b].arg);

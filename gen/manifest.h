@@ -52,6 +52,7 @@ typedef struct {
   char *object;   /* objects/<k[0:2]>/<key>/object.cubin|hsaco, relative to v1 */
   char *meta;     /* objects/<k[0:2]>/<key>/meta.json */
   char *checksum; /* of the object */
+  char *sha256;   /* of the object, what a signature binds (NULL: not written) */
   int has_size;
   int64_t size; /* the object's bytes */
   char *symbol;

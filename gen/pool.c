@@ -6,6 +6,7 @@
 #include "pool.h"
 #include "amdgpu.h"
 #include "report.h"
+#include "sign.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -41,6 +42,8 @@ const char *kf_unit_object_name(const kf_unit *u) {
 
 void kf_unit_take_entry(kf_unit *u, const kf_entry_meta *meta) {
   snprintf(u->checksum, sizeof u->checksum, "%s", meta->checksum);
+  snprintf(u->sha256, sizeof u->sha256, "%s",
+           meta->sha256 && strlen(meta->sha256) == 64 ? meta->sha256 : "");
   u->size = meta->size;
   kf_meta_resources none = KF_META_RESOURCES_NONE;
   u->resources = meta->has_resources ? meta->resources : none;
@@ -102,12 +105,13 @@ static kf_meta_resources parse_resources(const char *out) {
 
 /* Writes the entry's meta.json into the build directory tmp. */
 static int write_meta(const char *tmp, const kf_unit *u, const kf_strv *argv, const char *sum,
-                      size_t olen, const char *output, double secs) {
+                      const char *sha256, size_t olen, const char *output, double secs) {
   kf_entry_meta m = {0};
   m.key = (char *)u->key;
   m.kernel_id = u->in->id;
   m.object = (char *)kf_unit_object_name(u);
   m.checksum = (char *)sum;
+  m.sha256 = (char *)sha256;
   m.has_size = 1;
   m.size = (long long)olen;
   m.command = *argv;
@@ -171,17 +175,19 @@ static int build_entry(const kf_cache *c, kf_unit *u, double *secs, char **err) 
   char *bytes = run_compiler(u, tmp, &argv, &olen, &output, secs, err);
   int result = KF_UNIT_FAILED;
   if (bytes) {
-    char sum[33];
+    char sum[33], sha[65];
     kf_hash128_hex(bytes, olen, sum);
+    kf_sha256_hex(bytes, olen, sha);
     u->resources = parse_resources(output);
     if (u->tc->backend == KF_BACKEND_HIP) /* the object's own figures, where readable */
       kf_amdgpu_object_figures(u->tc->readelf, tmp, bytes, olen, u->in->arch, u->in->symbol,
                                &u->resources);
-    if (write_meta(tmp, u, &argv, sum, olen, output, *secs) != 0 ||
+    if (write_meta(tmp, u, &argv, sum, sha, olen, output, *secs) != 0 ||
         kf_cache_publish(c, u->key, tmp) != 0) {
       *err = kf_xasprintf("cannot publish %s into %s: %s", u->key, c->v1, strerror(errno));
     } else {
       memcpy(u->checksum, sum, sizeof u->checksum);
+      memcpy(u->sha256, sha, sizeof u->sha256);
       u->size = (long long)olen;
       result = KF_UNIT_COMPILED;
     }
@@ -334,6 +340,7 @@ static void settle(kf_unit *u) {
   u->state = st == KF_UNIT_PENDING ? KF_UNIT_FAILED : st;
   if (first != u) {
     memcpy(u->checksum, first->checksum, sizeof u->checksum);
+    memcpy(u->sha256, first->sha256, sizeof u->sha256);
     u->size = first->size;
     u->resources = first->resources;
   }

@@ -23,6 +23,7 @@ typedef struct {
   int keyed;
   int state;
   char checksum[33];           /* of the entry's object, once it is known good */
+  char sha256[65];             /* of the same, where known ("": read it from the object) */
   long long size;              /* the object's bytes */
   kf_meta_resources resources; /* the entry's, once it is known good */
   kf_job *job;                 /* the pool's job that builds its key */

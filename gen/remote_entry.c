@@ -229,6 +229,7 @@ static char *check_meta(const kf_buf *meta, const kf_remote_record *r) {
   const cJSON *obj = cJSON_GetObjectItemCaseSensitive(o, "object");
   const cJSON *sum = cJSON_GetObjectItemCaseSensitive(o, "checksum");
   const cJSON *size = cJSON_GetObjectItemCaseSensitive(o, "size");
+  const cJSON *sha = cJSON_GetObjectItemCaseSensitive(o, "sha256");
   if (!cJSON_IsObject(o) || !cJSON_IsString(key) || !cJSON_IsString(obj) || !cJSON_IsString(sum) ||
       !cJSON_IsNumber(size))
     why = kf_xstrdup("its meta.json is damaged");
@@ -237,6 +238,8 @@ static char *check_meta(const kf_buf *meta, const kf_remote_record *r) {
   else if (strcmp(obj->valuestring, r->object) || strcmp(sum->valuestring, r->checksum) ||
            (long long)size->valuedouble != r->object_size)
     why = kf_xstrdup("its meta.json does not match its record");
+  else if (sha && (!cJSON_IsString(sha) || strcmp(sha->valuestring, r->object_sha256)))
+    why = kf_xstrdup("its meta.json names another SHA-256 than its record");
   cJSON_Delete(o);
   return why;
 }

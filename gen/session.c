@@ -10,6 +10,7 @@
 #include "session.h"
 #include "manifest.h"
 #include "report.h"
+#include "sign.h"
 #include "stats.h"
 
 #include <errno.h>
@@ -131,6 +132,27 @@ int kf_session_open(kf_session *s, kf_cli *cli, int argc, char **argv, const cha
 /* ---- building ---- */
 
 /* A manifest with a kernel missing is never written (the old one stays). */
+/* The SHA-256 a manifest names for u's object (caller frees): the one known,
+ * else read from the cached object (an entry of an older kforge), else NULL
+ * (then not named). */
+static char *unit_sha256(const kf_session *s, const kf_unit *u) {
+  if (u->sha256[0])
+    return kf_xstrdup(u->sha256);
+  char *dir = kf_cache_entry_dir(&s->cache, u->key);
+  char *path = kf_path_join(dir, kf_unit_object_name(u));
+  size_t len = 0;
+  char *bytes = kf_read_file(path, &len);
+  char *sha = NULL;
+  if (bytes && (long long)len == u->size) {
+    sha = kf_xcalloc(65, 1);
+    kf_sha256_hex(bytes, len, sha);
+  }
+  free(bytes);
+  free(path);
+  free(dir);
+  return sha;
+}
+
 int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *arch, int local,
                            kf_manifest *out) {
   kf_manifest_init(out, m->name, arch, kf_arch_is_hip(arch) ? "hip" : "cuda");
@@ -155,6 +177,7 @@ int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *a
     kf_manifest_kernel *e =
         kf_manifest_add_kernel(out, in->id, in->kernel->kind, in->width, u->key,
                                kf_unit_object_name(u), u->checksum, u->size, in->symbol);
+    e->sha256 = unit_sha256(s, u);
     kf_manifest_launch *l = &e->launch;
     memcpy(l->grid, in->grid, sizeof l->grid);
     memcpy(l->block, in->block, sizeof l->block);

@@ -121,6 +121,7 @@ static int ensure_on_remote(kf_session *s, kf_unit *u) {
   if (st != KF_REMOTE_OK)
     return 0;
   snprintf(u->checksum, sizeof u->checksum, "%s", rec.checksum);
+  snprintf(u->sha256, sizeof u->sha256, "%s", rec.object_sha256);
   u->size = rec.object_size;
   u->on_remote = 1;
   return 1;

@@ -87,10 +87,12 @@ static int hex_value(char c) {
   return -1;
 }
 
-int rt_unhex16(const char *hex, unsigned char out[16]) {
-  if (strlen(hex) != 32)
+int rt_unhex16(const char *hex, unsigned char out[16]) { return rt_unhex(hex, out, 16); }
+
+int rt_unhex(const char *hex, unsigned char *out, size_t n) {
+  if (strlen(hex) != 2 * n)
     return -1;
-  for (int i = 0; i < 16; i++) {
+  for (size_t i = 0; i < n; i++) {
     int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
     if (hi < 0 || lo < 0)
       return -1;

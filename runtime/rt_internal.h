@@ -165,6 +165,8 @@ typedef struct rt_kdesc {
   char *meta;   /* relative to <cache>/v1 */
   int width;
   unsigned char checksum[16]; /* XXH3-128, canonical (big-endian) */
+  unsigned char sha256[32];   /* the object's, where has_sha256 */
+  int has_sha256;             /* "sha256" given: what a signed manifest binds */
   unsigned long long size;    /* object bytes */
   int nparams;
   rt_param *params;  /* the kernel's own, or its kind's signature's */
@@ -236,6 +238,10 @@ kf_status rt_manifest_load(const char *path, rt_manifest *m, rt_err *err);
  * out of memory), shared with the generator's signer. */
 char *rt_manifest_signed_text(const char *model, const char *arch, const char *sha256,
                               long long size);
+/* When KFORGE_TRUSTED_KEYS is set (the manifest's signature was checked):
+ * KF_OK only when d names its object's SHA-256 and image[0..len) has it,
+ * else KF_ERR_UNTRUSTED with the reason. KF_OK when it is not set. */
+kf_status rt_object_check_signed(const rt_kdesc *d, const char *image, size_t len, rt_err *err);
 /* When KFORGE_TRUSTED_KEYS is set: KF_OK only when rel's signed record
  * (rel.sig below r) covers these bytes and is signed by a trusted key, else
  * KF_ERR_UNTRUSTED with the reason. KF_OK when it is not set. */
@@ -298,6 +304,8 @@ char *rt_path_join(const char *a, const char *b);
 /* Hex of 16 bytes into out[33]; parses 32 hex digits (0 on success). */
 void rt_hex16(const unsigned char in[16], char out[33]);
 int rt_unhex16(const char *hex, unsigned char out[16]);
+/* Exactly 2n hex digits into n bytes. Returns 0 or -1. */
+int rt_unhex(const char *hex, unsigned char *out, size_t n);
 /* XXH3-128 of data in canonical byte order. */
 void rt_xxh128(const void *data, size_t len, unsigned char out[16]);
 

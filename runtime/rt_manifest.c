@@ -258,11 +258,12 @@ enum {
   F_PARAMS,
   F_LAUNCH,
   F_BUFFERS,
+  F_SHA256,
   F_COUNT
 };
-static const char *const kernel_fields[F_COUNT] = {"id",     "kind",   "width",    "key",
-                                                   "object", "meta",   "checksum", "size",
-                                                   "symbol", "params", "launch",   "buffers"};
+static const char *const kernel_fields[F_COUNT] = {
+    "id",   "kind",   "width",  "key",    "object",  "meta",  "checksum",
+    "size", "symbol", "params", "launch", "buffers", "sha256"};
 
 /* Finds the members in one walk over the entry instead of one walk per
  * member: the first of a repeated name wins, as with
@@ -409,6 +410,14 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
     return bad(c, "key", "must be 32 hex digits");
   if (rt_unhex16(checksum, k->checksum) != 0)
     return bad(c, "checksum", "must be 32 hex digits");
+  if (f[F_SHA256]) {
+    const char *sha = string_of(c, f[F_SHA256], "sha256", &st);
+    if (!sha)
+      return st;
+    if (rt_unhex(sha, k->sha256, 32) != 0)
+      return bad(c, "sha256", "must be 64 hex digits");
+    k->has_sha256 = 1;
+  }
   if (!valid_relpath(object))
     return bad(c, "object", "'%s' must be a path relative to the cache's v1/", object);
   if (!valid_relpath(meta))

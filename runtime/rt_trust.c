@@ -314,5 +314,9 @@ kf_status rt_object_read(const rt_root *r, const rt_manifest *m, const rt_kdesc 
   kf_status st = read_checked(r, d->id, d->object, d->size, d->checksum, image, err);
   if (st == KF_ERR_IO || st == KF_ERR_CHECKSUM) /* missing or damaged: a build replaces it */
     rt_err_build_hint(err, m->arch, r->dir, m->model, m->description);
+  if (st == KF_OK && (st = rt_object_check_signed(d, *image, d->size, err)) != KF_OK) {
+    free(*image);
+    *image = NULL;
+  }
   return st;
 }

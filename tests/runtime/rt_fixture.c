@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
+#include <openssl/evp.h>
 #include <xxhash.h>
 
 char *fx_tmpdir(void) {
@@ -50,6 +51,15 @@ int fx_write_file(const char *path, const void *data, size_t len) {
     return -1;
   }
   return fclose(f);
+}
+
+/* SHA-256 as 64 lowercase hex digits (what a signed manifest binds). */
+static void sha256_hex(const void *data, size_t len, char out[65]) {
+  unsigned char h[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data, len, h, &n, EVP_sha256(), NULL);
+  for (unsigned i = 0; i < 32; i++)
+    snprintf(out + 2 * i, 3, "%02x", h[i]);
 }
 
 static void hex128(const void *data, size_t len, char out[33]) {
@@ -155,7 +165,7 @@ int fx_cache_add(const char *cache, const char *model, const char *arch, const f
     goto out;
   for (int i = 0; i < n; i++) {
     const fx_spec *s = &specs[i];
-    char symbol[600], key[33], sum[33], object[1024], pj[4096], sizes[256];
+    char symbol[600], key[33], sum[33], sha[65], object[1024], pj[4096], sizes[256];
     char meta[2048], *opath, *mtpath, *edir;
     int olen;
     snprintf(entries[i].id, sizeof entries[i].id, "%s/%s/w%d/%s", model, s->kind, s->width, arch);
@@ -165,6 +175,7 @@ int fx_cache_add(const char *cache, const char *model, const char *arch, const f
     olen = snprintf(object, sizeof object, "KFFAKE\n%s %s\n",
                     s->object_symbol ? s->object_symbol : symbol, sizes);
     hex128(object, (size_t)olen, sum);
+    sha256_hex(object, (size_t)olen, sha);
     opath = fx_object_path(cache, model, arch, s->kind, s->width);
     mtpath = fx_meta_path(cache, model, arch, s->kind, s->width);
     edir = strdup(opath);
@@ -197,11 +208,11 @@ int fx_cache_add(const char *cache, const char *model, const char *arch, const f
              "      \"width\": %d,\n      \"key\": \"%s\",\n"
              "      \"object\": \"objects/%.2s/%s/%s\",\n"
              "      \"meta\": \"objects/%.2s/%s/meta.json\",\n"
-             "      \"checksum\": \"%s\",\n      \"size\": %d,\n"
+             "      \"checksum\": \"%s\",\n      \"sha256\": \"%s\",\n      \"size\": %d,\n"
              "      \"symbol\": \"%s\",\n      \"params\": %s,\n"
              "      \"launch\": {\"grid\": [%d, 1, 1], \"block\": [256, 1, "
              "1], \"shared_bytes\": %u%s}\n    }",
-             entries[i].id, s->kind, s->width, key, key, key, object_name(arch), key, key, sum,
+             entries[i].id, s->kind, s->width, key, key, key, object_name(arch), key, key, sum, sha,
              olen, symbol, pj, s->width, s->shared, blocks);
   }
   qsort(entries, (size_t)n, sizeof *entries, cmp_entry);

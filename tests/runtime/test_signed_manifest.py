@@ -129,6 +129,33 @@ class SignedManifest(unittest.TestCase):
         self.sign(key)
         self.refused("'not-a-key' is neither 64 hex digits nor a file")
 
+    def test_a_signed_manifest_binds_each_object_by_sha256(self):
+        key = Key(self.lib)
+        os.environ["KFORGE_TRUSTED_KEYS"] = key.hex
+        self.sign(key)
+        self.assertEqual(self.open().model, "m")  # every object has its SHA-256
+        with open(self.manifest) as f:
+            doc = json.load(f)
+        # an object whose checksum (XXH3-128) still matches but whose SHA-256
+        # is not the signed one: what a checksum collision would give
+        k = self.rng.choice(doc["kernels"])
+        k["sha256"] = "%064x" % self.rng.randrange(1 << 256)
+        edited = json.dumps(doc, indent=2).encode()
+        with open(self.manifest, "wb") as f:
+            f.write(edited)
+        self.sign(key)
+        self.refused(f"kernel {k['id']}: object {k['object']} does not have the SHA-256 its "
+                     "signed manifest names")
+        del os.environ["KFORGE_TRUSTED_KEYS"]  # nothing required: not checked
+        self.assertEqual(self.open().model, "m")
+        os.environ["KFORGE_TRUSTED_KEYS"] = key.hex
+        for k in doc["kernels"]:  # a manifest of a kforge before SHA-256 was named
+            del k["sha256"]
+        with open(self.manifest, "w") as f:
+            json.dump(doc, f, indent=2)
+        self.sign(key)
+        self.refused("its signed manifest names no SHA-256 for the object")
+
 
 if __name__ == "__main__":
     unittest.main()
