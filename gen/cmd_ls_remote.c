@@ -81,16 +81,8 @@ int kf_cmd_ls_remote(int argc, char **argv) {
   if (rc)
     return rc == 1 ? 0 : rc;
   kf_strv models = {0}, arches = {0};
-  kf_tier t = {0};
-  char *err = NULL;
-  if (cli.inputs.n == 0) {
-    kf_usage_error(usage, "no model given");
-    rc = 2;
-  } else if ((rc = kf_remote_targets(&cli, usage, &models, &arches)) == 0 &&
-             kf_tier_open(&t, &cli.remotes, 1, NULL, cli.trusted_keys, &err) <= 0) {
-    kf_error(NULL, NULL, "%s", err ? err : "no remote given (--remote URL or $KFORGE_REMOTE)");
-    rc = 2;
-  }
+  kf_tier t;
+  rc = kf_remote_command_open(&cli, usage, &models, &arches, &t);
   if (rc == 0) {
     cJSON *arr = cJSON_CreateArray();
     for (size_t i = 0; i < models.n; i++)
@@ -102,7 +94,6 @@ int kf_cmd_ls_remote(int argc, char **argv) {
     }
     cJSON_Delete(arr);
   }
-  free(err);
   kf_tier_free(&t);
   kf_strv_free(&models);
   kf_strv_free(&arches);

@@ -265,23 +265,14 @@ int kf_cmd_pull(int argc, char **argv) {
   if (rc)
     return rc == 1 ? 0 : rc;
   kf_strv models = {0}, arches = {0};
-  kf_tier t = {0};
+  kf_tier t;
   kf_cache c;
   char *err = NULL;
   kf_cache_init(&c, cli.cache_dir);
-  int tr = 0;
-  if (cli.inputs.n == 0) {
-    kf_usage_error(usage, "no model given");
+  rc = kf_remote_command_open(&cli, usage, &models, &arches, &t);
+  if (rc == 0 && kf_cache_prepare(&c, &err) != 0) {
+    kf_error(NULL, NULL, "cache %s is not writable: %s", c.root, err);
     rc = 2;
-  } else if ((rc = kf_remote_targets(&cli, usage, &models, &arches)) == 0) {
-    tr = kf_tier_open(&t, &cli.remotes, 1, NULL, cli.trusted_keys, &err);
-    if (tr <= 0) {
-      kf_error(NULL, NULL, "%s", err ? err : "no remote given (--remote URL or $KFORGE_REMOTE)");
-      rc = 2;
-    } else if (kf_cache_prepare(&c, &err) != 0) {
-      kf_error(NULL, NULL, "cache %s is not writable: %s", c.root, err);
-      rc = 2;
-    }
   }
   if (rc == 0) {
     pull_counts n = {0};

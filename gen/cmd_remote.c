@@ -4,6 +4,7 @@
 #include "cmd_remote.h"
 #include "report.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* A model or arch name safe as a path component. */
@@ -48,4 +49,23 @@ int kf_remote_targets(kf_cli *cli, const char *usage, kf_strv *models, kf_strv *
       return 2;
     }
   return 0;
+}
+
+int kf_remote_command_open(kf_cli *cli, const char *usage, kf_strv *models, kf_strv *arches,
+                           kf_tier *t) {
+  memset(t, 0, sizeof *t);
+  if (cli->inputs.n == 0) {
+    kf_usage_error(usage, "no model given");
+    return 2;
+  }
+  int rc = kf_remote_targets(cli, usage, models, arches);
+  if (rc)
+    return rc;
+  char *err = NULL;
+  if (kf_tier_open(t, &cli->remotes, 1, NULL, cli->trusted_keys, &err) <= 0) {
+    kf_error(NULL, NULL, "%s", err ? err : "no remote given (--remote URL or $KFORGE_REMOTE)");
+    rc = 2;
+  }
+  free(err);
+  return rc;
 }
