@@ -154,10 +154,10 @@ char *kf_manifest_text(const kf_manifest *m) {
   return text;
 }
 
-int kf_manifest_write(const char *path, const kf_manifest *m) {
+int kf_manifest_write(const char *path, const kf_manifest *m, int *changed) {
   char *text = kf_manifest_text(m);
   char *dir = kf_path_dirname(path);
-  int r = kf_mkdir_p(dir) == 0 ? kf_write_if_changed(path, text, strlen(text), NULL) : -1;
+  int r = kf_mkdir_p(dir) == 0 ? kf_write_if_changed(path, text, strlen(text), changed) : -1;
   int e = errno;
   free(dir);
   free(text);

@@ -93,9 +93,9 @@ void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t byte
 /* m as the bytes kf_manifest_write writes (caller frees). */
 char *kf_manifest_text(const kf_manifest *m);
 /* Writes m to path (creating its directory), replacing the old file
- * atomically and only when the bytes differ. Returns 0, or -1 with errno set
- * (the old file stays). */
-int kf_manifest_write(const char *path, const kf_manifest *m);
+ * atomically and only when the bytes differ (*changed, may be NULL, says
+ * whether it wrote). Returns 0, or -1 with errno set (the old file stays). */
+int kf_manifest_write(const char *path, const kf_manifest *m, int *changed);
 /* Reads the manifest at path. Returns 0, or -1 with *err (caller frees) when
  * it cannot be read, is not JSON or has no "kernels" array; m is then empty
  * and still to be freed. */

@@ -210,6 +210,17 @@ static int sign_manifest(const kf_session *s, const char *path, const char *mode
   return r;
 }
 
+/* Removes path.sig after an unsigned build changed the manifest: it signs
+ * bytes that are gone, and a runtime that requires signatures should say
+ * the manifest is unsigned, not that its bytes are not the signed ones.
+ * Returns 0 or -1 with errno set. */
+static int drop_signature(const char *path) {
+  char *sig = kf_xasprintf("%s.sig", path);
+  int r = unlink(sig) == 0 || errno == ENOENT ? 0 : -1;
+  free(sig);
+  return r;
+}
+
 /* Writes every complete manifest. Returns 0, or 2 when one cannot be
  * written. */
 static int write_manifests(kf_session *s) {
@@ -221,8 +232,10 @@ static int write_manifests(kf_session *s) {
       kf_manifest man;
       if (kf_session_manifest_of(s, m, arch, 1, &man)) {
         char *path = kf_cache_manifest_path(&s->cache, m->name, arch);
-        if (kf_manifest_write(path, &man) != 0 ||
-            (s->tier.signing && sign_manifest(s, path, m->name, arch, &man) != 0)) {
+        int changed = 0;
+        if (kf_manifest_write(path, &man, &changed) != 0 ||
+            (s->tier.signing && sign_manifest(s, path, m->name, arch, &man) != 0) ||
+            (!s->tier.signing && changed && drop_signature(path) != 0)) {
           kf_error(NULL, NULL, "cannot write manifest %s: %s", path, strerror(errno));
           rc = 2;
         }

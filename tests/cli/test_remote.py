@@ -565,6 +565,22 @@ class Remote(unittest.TestCase):
             self.assertIn(why, r.err)
             self.assertNotIn(keys[idb], self.entry_dirs(cache))
 
+    def test_an_unsigned_build_that_changes_a_signed_manifest_drops_its_signature(self):
+        key, pub = self.keygen("k")
+        trusted = {"KFORGE_TRUSTED_KEYS": pub}
+        self.build("a", "--signing-key", key)
+        sig = self.manifest_path("a") + ".sig"
+        self.assertEqual(self.kf("verify", "a", env=trusted).rc, 0)
+        self.build("a")  # the same manifest: its signature still covers it
+        self.assertTrue(os.path.exists(sig))
+        self.assertEqual(self.kf("verify", "a", env=trusted).rc, 0)
+        self.salt += 1  # other keys: another manifest, which no one signed
+        self.build("a")
+        self.assertFalse(os.path.exists(sig), "a signature of bytes that are gone stayed")
+        r = self.kf("verify", "a", env=trusted)
+        self.assertEqual(r.rc, 1, r)
+        self.assertIn("unsigned (no .sig beside it)", r.out + r.err)
+
     # --- load --------------------------------------------------------------------
 
     def test_eight_builders_and_thirty_two_pullers(self):

@@ -33,7 +33,7 @@ static char *write_sample(int cluster) {
   kf_manifest m;
   sample(&m, cluster);
   char *path = fx_path(fx_tmpdir(), "manifests/fx/sm_90a.json");
-  if (kf_manifest_write(path, &m) != 0)
+  if (kf_manifest_write(path, &m, NULL) != 0)
     fx_die("write %s: %s", path, strerror(errno));
   kf_manifest_free(&m);
   return path;
@@ -104,7 +104,7 @@ KF_TEST(manifest__rewriting_the_same_manifest_leaves_the_file_alone) {
   KF_CHECK(truncate(path, before.st_size) == 0); /* same bytes, known mtime */
   struct timespec old[2] = {{1, 0}, {1, 0}};
   KF_CHECK(utimensat(AT_FDCWD, path, old, 0) == 0);
-  KF_CHECK(kf_manifest_write(path, &m) == 0);
+  KF_CHECK(kf_manifest_write(path, &m, NULL) == 0);
   KF_CHECK(stat(path, &after) == 0);
   KF_CHECK(after.st_mtime == 1);
   kf_manifest_free(&m);
