@@ -109,4 +109,10 @@ static inline char *fz_cstr(const uint8_t *data, size_t size) {
   return s;
 }
 
+/* Writes h.cuh, one small header, into fz_dir (for the closure targets). */
+static inline void fz_write_header(void) {
+  static const char header[] = "#pragma once\nint kf_fuzz_header(int x) { return x + 1; }\n";
+  fz_write(fz_path("h.cuh"), header, sizeof header - 1);
+}
+
 #endif /* KF_FUZZ_COMMON_H */

@@ -188,6 +188,18 @@ def deps_seeds():
             "empty": json.dumps(dict(rec, files=[], absent=[]))}
 
 
+def shared_seeds():
+    tokens = "00112233445566778899aabbccddeeff"
+    body = {"files": [{"name": "@templates/h.cuh", "tokens": tokens}],
+            "absent": ["@templates/missing.cuh", "@src/h.cuh", "@abs/usr/include/nothing.h"]}
+    return {"closure": json.dumps(body),
+            "outside": json.dumps({"files": [{"name": "@templates/../../etc/hostname",
+                                              "tokens": tokens}], "absent": []}),
+            "unknown-label": json.dumps({"files": [], "absent": ["@inc7/x.h"]}),
+            "present-absent": json.dumps({"files": [], "absent": ["@templates/h.cuh"]}),
+            "empty": json.dumps({"files": [], "absent": []})}
+
+
 def code_object_seeds():
     """A bundle of a host entry and two gfx entries (the ELFs stand-ins),
     and llvm-readelf's rendering of a metadata note of two kernels."""
@@ -237,3 +249,4 @@ if __name__ == "__main__":
     write_all("deps", deps_seeds())
     write_all("code-object", code_object_seeds())
     write_all("remote-record", remote_record_seeds())
+    write_all("shared", shared_seeds())

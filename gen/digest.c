@@ -635,6 +635,23 @@ struct shared_closure {
   struct shared_closure *next;
 };
 
+/* Hashes every line of source whose first non-blank character is '#' with
+ * update (XXH3's 64- or 128-bit). */
+static void hash_directives(XXH3_state_t *st, const char *source,
+                            XXH_errorcode (*update)(XXH3_state_t *, const void *, size_t)) {
+  const char *p = source;
+  while (*p) {
+    const char *eol = strchr(p, '\n');
+    size_t n = eol ? (size_t)(eol - p) : strlen(p);
+    const char *q = p;
+    while (q < p + n && (*q == ' ' || *q == '\t'))
+      q++;
+    if (q < p + n && *q == '#')
+      update(st, p, n + 1);
+    p += n + (eol ? 1 : 0);
+  }
+}
+
 static uint64_t closure_signature(const kf_instance *in, const kf_compile_setup *cs) {
   XXH3_state_t *st = XXH3_createState();
   XXH3_64bits_reset(st);
@@ -644,18 +661,7 @@ static uint64_t closure_signature(const kf_instance *in, const kf_compile_setup 
   XXH3_64bits_update(st, in->arch, strlen(in->arch) + 1);
   for (size_t i = 0; i < cs->compile_args.n; i++)
     XXH3_64bits_update(st, cs->compile_args.v[i], strlen(cs->compile_args.v[i]) + 1);
-  /* every line whose first non-blank character is '#' */
-  const char *p = in->source;
-  while (*p) {
-    const char *eol = strchr(p, '\n');
-    size_t n = eol ? (size_t)(eol - p) : strlen(p);
-    const char *q = p;
-    while (q < p + n && (*q == ' ' || *q == '\t'))
-      q++;
-    if (q < p + n && *q == '#')
-      XXH3_64bits_update(st, p, n + 1);
-    p += n + (eol ? 1 : 0);
-  }
+  hash_directives(st, in->source, XXH3_64bits_update);
   uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   return h;
@@ -717,17 +723,7 @@ static void portable_id(const kf_instance *in, const kf_toolchain *tc, const kf_
   for (size_t i = 0; i < tc->identity.n; i++)
     id_update(st, tc->identity.v[i]);
   id_update_libclang(st);
-  const char *p = in->source;
-  while (*p) {
-    const char *eol = strchr(p, '\n');
-    size_t n = eol ? (size_t)(eol - p) : strlen(p);
-    const char *q = p;
-    while (q < p + n && (*q == ' ' || *q == '\t'))
-      q++;
-    if (q < p + n && *q == '#')
-      XXH3_128bits_update(st, p, n + 1);
-    p += n + (eol ? 1 : 0);
-  }
+  hash_directives(st, in->source, XXH3_128bits_update);
   XXH128_hash_t h = XXH3_128bits_digest(st);
   XXH3_freeState(st);
   memcpy(out, "closure-", 8);
@@ -854,6 +850,20 @@ static int from_portable(kf_digest *d, const kf_compile_setup *cs, const char *t
   if (!ok)
     closure_free(c);
   return ok ? 0 : -1;
+}
+
+int kf_digest_shared_check(const char *root, const char *text, size_t len) {
+  kf_compile_setup cs = {0};
+  kf_strv_push(&cs.roots, root);
+  kf_strv_push(&cs.labels, "@templates");
+  cs.source_path = kf_path_join(root, "out/k.cu");
+  kf_digest *d = kf_digest_new(NULL, 0);
+  closure c = {0};
+  int ok = from_portable(d, &cs, text, len, &c) == 0;
+  closure_free(&c);
+  kf_digest_free(d);
+  kf_compile_setup_free(&cs);
+  return ok;
 }
 
 /* The closure of an instance: shared within the run, else shared by

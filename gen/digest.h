@@ -78,4 +78,10 @@ int kf_digest_instance(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
  * re-parsed (unreadable, malformed or stale record). For the fuzzer. */
 int kf_digest_deps_check(const char *path, const char *source_raw);
 
+/* Takes len bytes of text as another machine's shared closure (the body of
+ * a "closure-" record) for a setup whose one include root, "@templates", is
+ * root, as a build does. Returns 1 when it holds here, else 0. For the
+ * fuzzer. */
+int kf_digest_shared_check(const char *root, const char *text, size_t len);
+
 #endif /* KF_DIGEST_H */
