@@ -94,10 +94,11 @@ char *kf_cache_tmpdir(const kf_cache *c, const char *key);
 /* Moves a finished tmp directory into place (replacing a damaged entry).
  * Call with the key's lock held. Returns 0 or -1 with errno set. */
 int kf_cache_publish(const kf_cache *c, const char *key, const char *tmpdir);
-/* kf_cache_publish for many entries at once (pull): the caller has made
- * the tmp directory's files durable with kf_cache_sync, and makes the
- * renames durable with another kf_cache_sync: two syncs in all instead of
- * four per entry. Same contract otherwise. */
+/* kf_cache_publish for many entries at once (pull, a build's fetches): the
+ * caller has made the tmp directory's files durable with kf_cache_sync, and
+ * makes the renames durable with another kf_cache_sync before anything
+ * names the entries: two syncs for a whole command instead of four per
+ * entry. Same contract otherwise. */
 int kf_cache_publish_synced(const kf_cache *c, const char *key, const char *tmpdir);
 /* syncfs(2) of the cache's file system. Returns 0 or -1 with errno set. */
 int kf_cache_sync(const kf_cache *c);

@@ -124,7 +124,8 @@ static int get_manifest(kf_tier *t, pulled *p) {
 
 /* Fetches, checks and publishes w's entries that are WANTED, BATCH at a
  * time (every record at once, then every meta and object at once: remote.h's
- * get_many), each batch with two syncs. Returns 0, or 1 after reporting. */
+ * get_many), each batch with one sync before its renames. Returns 0, or 1
+ * after reporting. */
 static int fetch_wanted(kf_tier *t, const kf_cache *c, wanted *w, size_t n) {
   kf_staged staged[BATCH];
   const char *keys[BATCH];
@@ -209,6 +210,14 @@ static int pull_all(kf_tier *t, const kf_cache *c, const kf_strv *models, const 
     if (have_entry(c, w[i].key, w[i].checksum, w[i].size))
       w[i].state = HERE;
   int rc = fetch_wanted(t, c, w, nw);
+  long fetched_any = 0;
+  for (size_t i = 0; i < nw; i++)
+    fetched_any += w[i].state == FETCHED;
+  if (fetched_any && kf_cache_sync(c) != 0) { /* the renames, before a manifest names them */
+    kf_error(NULL, NULL, "cannot sync %s: %s", c->v1, strerror(errno));
+    for (size_t i = 0; i < models->n; i++)
+      ps[i].ok = 0;
+  }
   for (size_t i = 0; i < models->n; i++) {
     pulled *p = &ps[i];
     long fetched = 0, here = 0;

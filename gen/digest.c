@@ -703,12 +703,10 @@ static void id_update(XXH3_state_t *st, const char *s) {
   XXH3_128bits_update(st, s, strlen(s) + 1);
 }
 
-/* libclang's version, which lexes and preprocesses (libclang loaded). */
-static void id_update_libclang(XXH3_state_t *st) {
-  CXString v = lc->getClangVersion();
-  id_update(st, lc->getCString(v) ? lc->getCString(v) : "");
-  lc->disposeString(v);
-}
+/* libclang's identity, which lexes and preprocesses: the file kforge
+ * opens (its name carries the full version on Debian, libclang-16.so.16.0.6)
+ * without loading it. */
+static void id_update_libclang(XXH3_state_t *st) { id_update(st, kf_libclang_name()); }
 
 /* The shared name of a closure class: "closure-" and 32 hex digits
  * (libclang loaded). */
@@ -730,18 +728,18 @@ static void portable_id(const kf_instance *in, const kf_toolchain *tc, const kf_
   kf_hex128(&h, out + 8);
 }
 
-/* The token hash of the generated source: shared under "source-" and the
- * hash of libclang's version and the source's bytes (it is a function of
- * them), else lexed here and shared (libclang loaded). Returns 0 or -1. */
-static int source_tokens(kf_digest *d, const kf_instance *in, const kf_compile_setup *cs,
-                         char out[33]) {
+/* The token hash of a text (a generated source, a header): shared under
+ * "source-" and the hash of libclang's identity and the bytes (it is a
+ * function of them), else lexed here and shared. Returns 0 or -1. */
+static int tokens_of_text(kf_digest *d, const char *path, const char *text, size_t text_len,
+                          char out[33]) {
   char name[41] = "";
   if (d->share.get) {
     XXH3_state_t *st = XXH3_createState();
     XXH3_128bits_reset(st);
     id_update(st, "kforge-source-v1");
     id_update_libclang(st);
-    XXH3_128bits_update(st, in->source, in->source_len);
+    XXH3_128bits_update(st, text, text_len);
     XXH128_hash_t h = XXH3_128bits_digest(st);
     XXH3_freeState(st);
     memcpy(name, "source-", 7);
@@ -755,11 +753,16 @@ static int source_tokens(kf_digest *d, const kf_instance *in, const kf_compile_s
     if (ok)
       return 0;
   }
-  if (hash_file_alone(d, cs->source_path, in->source, in->source_len, out) != 0)
+  if (hash_file_alone(d, path, text, text_len, out) != 0)
     return -1;
   if (name[0] && d->share.put)
     d->share.put(d->share.ctx, name, out);
   return 0;
+}
+
+static int source_tokens(kf_digest *d, const kf_instance *in, const kf_compile_setup *cs,
+                         char out[33]) {
+  return tokens_of_text(d, cs->source_path, in->source, in->source_len, out);
 }
 
 /* The closure's shared text, or NULL when a file or candidate has no name
@@ -883,7 +886,7 @@ static int closure_for(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
   }
   char id[41] = "";
   int from_share = 0;
-  if (d->share.get && get_index(d, err)) {
+  if (d->share.get) {
     portable_id(in, tc, cs, id);
     size_t len = 0;
     char *text = d->share.get(d->share.ctx, id, &len);
@@ -894,8 +897,6 @@ static int closure_for(kf_digest *d, const kf_instance *in, kf_toolchain *tc,
       from_share = 0;
     }
   }
-  free(*err);
-  *err = NULL;
   if (!from_share) {
     if (parse_closure(d, in, tc, cs, c, err) != 0)
       return -1;
@@ -946,7 +947,7 @@ static int retokenised(kf_digest *d, const char *path, long long size, long long
     }
   size_t flen;
   char *ftext = kf_read_file(path, &flen);
-  int ok = ftext && hash_file_alone(d, path, ftext, flen, out) == 0;
+  int ok = ftext && tokens_of_text(d, path, ftext, flen, out) == 0;
   free(ftext);
   if (ok)
     kf_strv_push_owned(&d->retokenised, kf_xasprintf("%s%s", tag, out));

@@ -43,3 +43,5 @@ const kf_libclang *kf_libclang_get(char **err) {
   }
   return &table;
 }
+
+const char *kf_libclang_name(void) { return KF_LIBCLANG_NAME; }

@@ -41,5 +41,8 @@ typedef struct {
  * *err (caller frees) when it cannot be loaded; the reason is kept, so a
  * later call fails the same way. */
 const kf_libclang *kf_libclang_get(char **err);
+/* The file name kforge opens it by (its soname on Debian, with the full
+ * version), without loading it: its identity in what keying shares. */
+const char *kf_libclang_name(void);
 
 #endif /* KF_LIBCLANG_H */

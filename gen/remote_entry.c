@@ -413,10 +413,6 @@ int kf_staged_publish_all(const kf_cache *c, kf_staged *v, size_t n, char **why)
     else if (kf_staged_publish(c, &v[i], 1, why) != 0)
       rc = -1;
   }
-  if (n && rc == 0 && kf_cache_sync(c) != 0) {
-    *why = kf_xasprintf("cannot sync %s: %s", c->v1, strerror(errno));
-    rc = -1;
-  }
   return rc;
 }
 

@@ -83,10 +83,12 @@ void kf_remote_entries_stage(kf_tier *t, const kf_cache *c, const char *const *k
  * releases it; synced: the caller made its files durable with
  * kf_cache_sync (kf_cache_publish_synced). Returns 0, or -1 with *why. */
 int kf_staged_publish(const kf_cache *c, kf_staged *s, int synced, char **why);
-/* Publishes n staged entries with two file-system syncs in all
- * (kf_cache_sync): the staged files before their renames, the renames
- * after. Returns 0, or -1 with *why (caller frees); every entry is released
- * either way, and what was published before a failure stays. */
+/* Publishes n staged entries with one file-system sync (kf_cache_sync) of
+ * the staged files before their renames. The renames are durable after the
+ * caller's next kf_cache_sync, which must come before a manifest naming the
+ * entries is written (a crash before it loses entries, never half of one).
+ * Returns 0, or -1 with *why (caller frees); every entry is released either
+ * way, and what was published before a failure stays. */
 int kf_staged_publish_all(const kf_cache *c, kf_staged *v, size_t n, char **why);
 /* Removes a staged entry and releases its lock. */
 void kf_staged_drop(kf_staged *s);

@@ -252,8 +252,10 @@ static int write_manifests(kf_session *s) {
 /* Writes u's generated source (only when its content changed). */
 static int emit(kf_unit *u) {
   char *dir = kf_path_dirname(u->cs.source_path);
-  int r = kf_mkdir_p(dir) == 0 && kf_write_if_changed(u->cs.source_path, u->in->source,
-                                                      u->in->source_len, NULL) == 0
+  /* no syncs: the key and the compile take the source from memory and this
+   * run's file, and a build after a crash rewrites a file that differs */
+  int r = kf_mkdir_p(dir) == 0 &&
+                  kf_replace_if_changed(u->cs.source_path, u->in->source, u->in->source_len) == 0
               ? 0
               : -1;
   if (r != 0)
@@ -406,7 +408,12 @@ int kf_session_build(kf_session *s, int *n_cached, int *n_compiled, int *n_faile
     else
       (*n_failed)++;
   }
-  int wr = write_manifests(s);
+  int wr = 0;
+  if (s->fetched && kf_cache_sync(&s->cache) != 0) { /* the fetched entries' renames */
+    kf_error(NULL, NULL, "cannot sync %s: %s", s->cache.v1, strerror(errno));
+    wr = 2;
+  }
+  wr = wr ? wr : write_manifests(s);
   if (s->tier.remote)
     s->incomplete = kf_session_remote_finish(s);
   if (prepared || s->tier.remote) /* a complete cache that needed nothing stays unwritten */

@@ -67,7 +67,7 @@ int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *a
  * bad configuration. */
 int kf_session_remote_open(kf_session *s);
 /* Asks the remote for n units' missing entries at once (remote_entry.h's
- * batches, published with two syncs) into the prepared cache: got[i] says
+ * batches, published with one sync) into the prepared cache: got[i] says
  * whether units[i]'s entry is now there (a refused entry is reported, and
  * its unit is to be built here). */
 void kf_session_remote_fetch_many(kf_session *s, kf_unit **units, size_t n, int *got);

@@ -15,8 +15,9 @@
 #define KF_STATS_FIELDS(X)                                                                         \
   X(local_hits)                                                                                    \
   X(compiled)                                                                                      \
-  X(remote_hits) X(remote_misses) X(remote_refused) X(remote_errors) X(uploads) X(requests)        \
-      X(bytes_in) X(bytes_out)
+  X(remote_hits)                                                                                   \
+  X(remote_misses) X(remote_refused) X(remote_errors) X(uploads) X(requests) X(bytes_in)           \
+      X(bytes_out)
 
 static char *stats_path(const kf_cache *c) { return kf_path_join(c->v1, "stats.json"); }
 

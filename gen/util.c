@@ -282,7 +282,8 @@ int kf_write_file_replace(const char *path, const void *data, size_t len) {
   return write_atomic(path, data, len, 0);
 }
 
-int kf_write_if_changed(const char *path, const void *data, size_t len, int *changed) {
+static int write_if_changed(const char *path, const void *data, size_t len, int *changed,
+                            int durable) {
   size_t old_len = 0;
   char *old = kf_read_file(path, &old_len);
   int same = old && old_len == len && memcmp(old, data, len) == 0;
@@ -291,7 +292,15 @@ int kf_write_if_changed(const char *path, const void *data, size_t len, int *cha
     *changed = !same;
   if (same)
     return 0;
-  return kf_write_file_atomic(path, data, len);
+  return write_atomic(path, data, len, durable);
+}
+
+int kf_write_if_changed(const char *path, const void *data, size_t len, int *changed) {
+  return write_if_changed(path, data, len, changed, 1);
+}
+
+int kf_replace_if_changed(const char *path, const void *data, size_t len) {
+  return write_if_changed(path, data, len, NULL, 0);
 }
 
 /* Whether path is a directory (after mkdir said EEXIST); sets errno. */

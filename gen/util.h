@@ -74,6 +74,9 @@ int kf_write_file_replace(const char *path, const void *data, size_t len);
 /* Writes only when the bytes differ; *changed (may be NULL) says whether it
  * wrote. Returns 0 or -1 with errno set. */
 int kf_write_if_changed(const char *path, const void *data, size_t len, int *changed);
+/* The same without the syncs (kf_write_file_replace): for files the next
+ * run rewrites when they differ, as a build's generated sources. */
+int kf_replace_if_changed(const char *path, const void *data, size_t len);
 /* mkdir -p. Returns 0 or -1 with errno set. */
 int kf_mkdir_p(const char *path);
 /* rm -rf of a directory tree; returns 0 or -1. */
