@@ -71,14 +71,17 @@ void kf_session_remote_fetch_many(kf_session *s, kf_unit **units, size_t n, int 
     if (sts[k] == KF_REMOTE_OK)
       staged[nstaged++] = staged[k];
   char *why = NULL;
-  if (kf_staged_publish_all(&s->cache, staged, nstaged, &why) != 0)
+  int published = kf_staged_publish_all(&s->cache, staged, nstaged, &why) == 0;
+  if (!published)
     kf_warning(NULL, NULL, "%s; building here what was fetched", why);
   free(why);
   for (size_t i = 0; i < n; i++) {
     kf_unit *u = units[i];
     int st = sts[of[i]];
-    got[i] =
-        st == KF_REMOTE_OK && kf_cache_check_entry(&s->cache, u->key, NULL, NULL) == KF_ENTRY_OK;
+    /* a verified entry whose publication succeeded is there (the caller
+     * reads its meta); after a failed one, only what the cache holds */
+    got[i] = st == KF_REMOTE_OK &&
+             (published || kf_cache_check_entry(&s->cache, u->key, NULL, NULL) == KF_ENTRY_OK);
     if (got[i]) {
       s->fetched++;
       u->on_remote = 1;
