@@ -688,7 +688,7 @@ static int retokenised(kf_digest *d, const char *path, long long size, long long
  *
  * A closure class (closure_signature) keyed without anything of this
  * machine: the arch, the key's arguments (include roots as labels), the
- * toolchain identity, the libclang version and the source's directive
+ * toolchain identity, libclang's identity and the source's directive
  * lines. Its text names every file and every absent candidate by label
  * (rooted_name), with the files' token hashes. A builder takes it only when
  * every named file exists here with those tokens and every candidate is
@@ -708,8 +708,7 @@ static void id_update(XXH3_state_t *st, const char *s) {
  * without loading it. */
 static void id_update_libclang(XXH3_state_t *st) { id_update(st, kf_libclang_name()); }
 
-/* The shared name of a closure class: "closure-" and 32 hex digits
- * (libclang loaded). */
+/* The shared name of a closure class: "closure-" and 32 hex digits. */
 static void portable_id(const kf_instance *in, const kf_toolchain *tc, const kf_compile_setup *cs,
                         char out[41]) {
   XXH3_state_t *st = XXH3_createState();
@@ -745,11 +744,11 @@ static int tokens_of_text(kf_digest *d, const char *path, const char *text, size
     memcpy(name, "source-", 7);
     kf_hex128(&h, name + 7);
     size_t len = 0;
-    char *text = d->share.get(d->share.ctx, name, &len);
-    int ok = text && len == 32 && strspn(text, "0123456789abcdef") == 32;
+    char *got = d->share.get(d->share.ctx, name, &len);
+    int ok = got && len == 32 && strspn(got, "0123456789abcdef") == 32;
     if (ok)
-      memcpy(out, text, 33);
-    free(text);
+      memcpy(out, got, 33);
+    free(got);
     if (ok)
       return 0;
   }
