@@ -1045,6 +1045,16 @@ static int launch_problem(const kf_kernel_desc *k, int width, int mma, char *err
              (long long)(v[6] * v[7] * v[8]), width);
     return 1;
   }
+  for (int d = 0; d < 3 && t->layer_grid[d]; d++) {
+    int64_t g;
+    if (kf_template_eval(k, width, mma, t->layer_grid[d], &g, err, errlen) != 0)
+      return 1;
+    if (g < 1 || g > INT32_MAX) {
+      snprintf(err, errlen, "launch.layer_grid[%d]: \"%s\" gives %lld for width %d", d,
+               t->layer_grid[d], (long long)g, width);
+      return 1;
+    }
+  }
   for (size_t b = 0; b < t->nbuffers; b++) {
     int64_t bytes;
     if (kf_template_eval(k, width, mma, t->buffers[b].bytes, &bytes, err, errlen) != 0)

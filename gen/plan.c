@@ -89,7 +89,7 @@ static void emit(kf_instance *in) {
 
 /* One phase of a layer instance, evaluated for its width and arch. */
 typedef struct {
-  int64_t grid[3], threads, ksplit, shared, items, split_base;
+  int64_t grid[3], threads, ksplit, shared, items, split_base, pack;
 } layer_phase;
 
 static void eval_or_zero(const kf_kernel_desc *k, int width, int mma, const char *expr,
@@ -113,13 +113,17 @@ static void plan_layer(kf_instance *in, int mma) {
     const kf_template *pt = pk->tmpl;
     int64_t block[3];
     for (int d = 0; d < 3; d++) {
-      eval_or_zero(pk, in->width, mma, pt->grid[d], &ph[i].grid[d]);
+      eval_or_zero(pk, in->width, mma, pt->layer_grid[d] ? pt->layer_grid[d] : pt->grid[d],
+                   &ph[i].grid[d]);
       eval_or_zero(pk, in->width, mma, pt->block[d], &block[d]);
     }
     ph[i].threads = block[0] * block[1] * block[2];
     eval_or_zero(pk, in->width, mma, pt->cluster[0], &ph[i].ksplit);
     eval_or_zero(pk, in->width, mma, pt->layer_shared_bytes, &ph[i].shared);
     ph[i].items = ph[i].grid[0] * ph[i].grid[1] * ph[i].grid[2];
+    /* launch.layer_pack: two items side by side where two fill the block
+     * (kf::layer::kMaxPack), each with its own shared memory */
+    ph[i].pack = pt->layer_pack && ph[i].threads * 2 == KF_LAYER_THREADS ? 2 : 1;
     if (ph[i].ksplit > 1) {
       const int64_t tiles = ph[i].grid[0] / ph[i].ksplit;
       ph[i].split_base = counters;
@@ -127,8 +131,8 @@ static void plan_layer(kf_instance *in, int mma) {
       if (tiles * (ph[i].ksplit - 1) * 1024 > scratch)
         scratch = tiles * (ph[i].ksplit - 1) * 1024; /* kf::layer::kSplitRecordBytes each */
     }
-    if (ph[i].shared > shared)
-      shared = ph[i].shared;
+    if (ph[i].shared * ph[i].pack > shared)
+      shared = ph[i].shared * ph[i].pack;
     if (ph[i].items > cap)
       cap = ph[i].items;
     for (size_t b = 0; b < pt->nbuffers; b++)
@@ -174,12 +178,14 @@ static void plan_layer(kf_instance *in, int mma) {
   for (size_t i = 0; i < n; i++) {
     const kf_kernel_desc *pk = k->phases[i];
     kf_buf_printf(&b,
-                  "    kf::layer::phase<%lld>(%zu, %lld, %lld, %lld, %lld, %lld, %lld, [&] {\n"
+                  "    kf::layer::phase<%lld, %lld>(%zu, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                  "[&] {\n"
                   "      %s<kf_params_%zu>(",
-                  (long long)ph[i].threads, i, (long long)(i ? ph[i - 1].items : 0),
-                  (long long)ph[i].grid[0], (long long)ph[i].grid[1], (long long)ph[i].grid[2],
+                  (long long)ph[i].threads, (long long)ph[i].pack, i,
+                  (long long)(i ? ph[i - 1].items : 0), (long long)ph[i].grid[0],
+                  (long long)ph[i].grid[1], (long long)ph[i].grid[2],
                   (long long)(ph[i].ksplit > 1 ? ph[i].ksplit : 1), (long long)ph[i].split_base,
-                  pk->tmpl->entry, i);
+                  (long long)ph[i].shared, pk->tmpl->entry, i);
     for (size_t a = 0; a < pk->tmpl->nargs; a++) {
       const char *an = pk->tmpl->args[a].name;
       if (!strcmp(an, "rows"))

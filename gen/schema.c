@@ -37,6 +37,7 @@ void kf_template_free(kf_template *t) {
     free(t->grid[i]);
     free(t->block[i]);
     free(t->cluster[i]);
+    free(t->layer_grid[i]);
   }
   free(t->shared_bytes);
   free(t->max_blocks_per_sm);
@@ -517,16 +518,17 @@ static int check_literal_dims(const kf_template *t, const cJSON *launch) {
   return 1;
 }
 
-/* launch.grid, launch.block and the optional launch.cluster: 3 expressions
- * each; a malformed one reads as {1, 1, 1} after its error. */
+/* launch.grid, launch.block and the optional launch.cluster and
+ * launch.layer_grid: 3 expressions each; a malformed one reads as {1, 1, 1}
+ * after its error. */
 static int parse_launch_dims(kf_template *t, const cJSON *launch) {
-  static const char *const names[3] = {"grid", "block", "cluster"};
-  char **dst[3] = {t->grid, t->block, t->cluster};
+  static const char *const names[4] = {"grid", "block", "cluster", "layer_grid"};
+  char **dst[4] = {t->grid, t->block, t->cluster, t->layer_grid};
   int errors = 0;
-  for (int d = 0; d < 3; d++) {
+  for (int d = 0; d < 4; d++) {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(launch, names[d]);
-    if (d == 2 && !arr)
-      continue; /* optional: no clusters */
+    if (d >= 2 && !arr)
+      continue; /* optional: no clusters; a layer kernel's items are the grid's blocks */
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 3) {
       char *p = kf_xasprintf("launch.%s", names[d]);
       kf_error(t->path, p, "must be an array of 3 dimensions");
@@ -562,16 +564,10 @@ static int parse_launch_flag(const kf_template *t, const cJSON *launch, const ch
 }
 
 static int parse_launch(kf_template *t, const cJSON *launch) {
-  static const char *const members[] = {"grid",
-                                        "block",
-                                        "shared_bytes",
-                                        "programmatic",
-                                        "cluster",
-                                        "max_blocks_per_sm",
-                                        "one_wave",
-                                        "cooperative",
-                                        "layer_shared_bytes",
-                                        NULL};
+  static const char *const members[] = {"grid",         "block",       "shared_bytes",
+                                        "programmatic", "cluster",     "max_blocks_per_sm",
+                                        "one_wave",     "cooperative", "layer_shared_bytes",
+                                        "layer_grid",   "layer_pack",  NULL};
   if (!cJSON_IsObject(launch)) {
     kf_error(t->path, "launch", "must be an object with grid, block and shared_bytes");
     return 1;
@@ -589,6 +585,7 @@ static int parse_launch(kf_template *t, const cJSON *launch) {
   errors += parse_launch_flag(t, launch, "programmatic", &t->programmatic);
   errors += parse_launch_flag(t, launch, "one_wave", &t->one_wave);
   errors += parse_launch_flag(t, launch, "cooperative", &t->cooperative);
+  errors += parse_launch_flag(t, launch, "layer_pack", &t->layer_pack);
   return errors;
 }
 

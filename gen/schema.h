@@ -61,6 +61,10 @@ typedef struct kf_template {
   char *layer_shared_bytes; /* launch.layer_shared_bytes: the dynamic shared memory one of its
                                blocks needs as a phase of a layer kernel (kf_layer.cuh); NULL
                                when absent: the template cannot be a phase */
+  int layer_pack;           /* launch.layer_pack: as a phase of a layer kernel, as many of its
+                               blocks as fit run side by side in one of the layer's blocks */
+  char *layer_grid[3];      /* launch.layer_grid: the grid of its work items as a phase of a
+                               layer kernel; NULL when absent: launch.grid */
   kf_buffer_spec *buffers;  /* "buffers", in schema order */
   size_t nbuffers;
   int max_width;         /* widths served: 1..max_width (KF_MAX_WIDTH when not given) */

@@ -434,7 +434,7 @@ template <int N> struct int_tag { static constexpr int value = N; };
 
 template <int G, int D, int NW, int THREADS, int MAXN, bool BATCH = true, bool GUARDED = false,
           class Slot, class Emit>
-KF_DEVICE void merge_warps(int n, Slot slot, Emit emit, int tid = (int)threadIdx.x) {
+KF_DEVICE void merge_warps(int n, Slot slot, Emit emit, int tid = thread_idx()) {
   constexpr int kPer = (G * D + THREADS - 1) / THREADS; // elements per thread
   constexpr int KC = BATCH ? kPer : 1;                  // elements per batch
   // Sets j0 .. j0 + N - 1, KC elements at a time: every value first, then
@@ -531,7 +531,7 @@ template <int G, int D, int THREADS> struct record_merge {
     };
 #pragma unroll
     for (int q = 0; q < kEl; ++q) {
-      const int e = (int)threadIdx.x + q * THREADS;
+      const int e = thread_idx() + q * THREADS;
       if (e < G * D / 4) {
         const int h = e / (D / 4), d = 4 * (e % (D / 4));
         float bmx = mx[q];
@@ -577,7 +577,7 @@ template <int G, int D, int THREADS> struct record_merge {
   KF_DEVICE void store_out(kf_bf16 *out_head0) const {
 #pragma unroll
     for (int q = 0; q < kEl; ++q) {
-      const int e = (int)threadIdx.x + q * THREADS;
+      const int e = thread_idx() + q * THREADS;
       if (e < G * D / 4) {
         const int h = e / (D / 4), d = 4 * (e % (D / 4));
         const float inv = l[q] > 0.f ? 1.f / l[q] : 0.f;
@@ -620,19 +620,23 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
                          : kStageBytes / kRecBytes < SPLITS ? kStageBytes / kRecBytes
                                                             : SPLITS;
 #if KF_MONO
-  // In a layer kernel the two live in its dynamic shared memory (the
-  // schema's launch.layer_shared_bytes), which the other phases reuse.
-  extern __shared__ __align__(16) unsigned char kf_layer_smem[];
+  // In a layer kernel the two live in the item's share of its dynamic
+  // shared memory (the schema's launch.layer_shared_bytes; two items side by
+  // side in a block, launch.layer_pack), which the other phases reuse, and
+  // so do the two words below.
   static_assert(sizeof(attn_partials<G, D, NW>) % 16 == 0, "stage alignment");
-  attn_partials<G, D, NW> &part = *reinterpret_cast<attn_partials<G, D, NW> *>(kf_layer_smem);
-  float *stage = reinterpret_cast<float *>(kf_layer_smem + sizeof(attn_partials<G, D, NW>));
-  if (dynamic_smem_bytes() < sizeof(attn_partials<G, D, NW>) + kStage * kPartFloats * 4)
+  unsigned char *smem = layer::slot_smem();
+  attn_partials<G, D, NW> &part = *reinterpret_cast<attn_partials<G, D, NW> *>(smem);
+  float *stage = reinterpret_cast<float *>(smem + sizeof(attn_partials<G, D, NW>));
+  if (layer::slot_smem_bytes < (int)sizeof(attn_partials<G, D, NW>) + kStage * kPartFloats * 4 + 8)
     __trap();
+  int &is_last = *reinterpret_cast<int *>(stage + kStage * kPartFloats);
+  float &neg_inf = *(stage + kStage * kPartFloats + 1);
 #else
   __shared__ __align__(16) float stage[kStage * kPartFloats];
-#endif                      // KF_MONO
   __shared__ int is_last;   // block_arrives_last's answer
   __shared__ float neg_inf; // -inf, for the final merge's reads past its records
+#endif // KF_MONO
 
   const int kv_head = block_idx_y(), row = block_idx_z();
   const int len = row < rows ? seq_lens[row] : 0;
@@ -756,16 +760,20 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // barrier for up to kSlots ranges, not one per range.
   using part_t = attn_partials<G, D, NW>;
   constexpr int kSlotsFit = 1 + kStage * kRecBytes / (int)sizeof(part_t);
-  constexpr int kSlots = kSlotsFit < 16 ? kSlotsFit : 16; // named barriers 1..15
-  static_assert(!KF_MONO || kSlots < 15 || !(KF_HAS_NAMED_BARRIERS && KF_ATTN_HAND_OFF),
-                "in a layer kernel barrier 15 is block_sync's");
+  // Named barriers 1..15; in a layer kernel, whose items two at a time
+  // take barriers 14 and 15 for block_sync, 1..6 and 7..12 (the slots set
+  // when the block merges, not what it computes: every range has its own
+  // record either way).
+  constexpr int kSlotsMax = KF_MONO ? 6 : 16;
+  constexpr int kSlots = kSlotsFit < kSlotsMax ? kSlotsFit : kSlotsMax;
+  [[maybe_unused]] const int bar0 = 1 + item_slot() * kSlotsMax;
   constexpr bool kSets = KF_ATTN_MERGE_SETS && G > 2;   // (see the knob)
   constexpr bool kGuard = KF_ATTN_BRANCHY_FLUSH == 2 || // (see the knob)
                           (KF_ATTN_BRANCHY_FLUSH == 1 && P::W == 2 && G > 2);
   constexpr int kMergeSets = !kSets ? 1 : kSlots < kRangesPerBlock ? kSlots : kRangesPerBlock;
   // Hand-off (named barriers, blocks of more than 2 ranges): warp j % NW
   // merges parked range j while the others stream on; they arrive at
-  // barrier 1 + j as they park it, and it syncs there once it has parked
+  // barrier bar0 + j as they park it, and it syncs there once it has parked
   // the range after, so it seldom waits. The range that ends a flush is
   // merged by the whole block. Otherwise the block merges every parked
   // range at the flush, side by side (v15: with 2 ranges the hand-off only
@@ -828,11 +836,11 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
 #if KF_HAS_NAMED_BARRIERS
     if constexpr (kHandOff) {
       if (go_on && warp != j % NW)
-        bar_arrive(1 + j, kAttnThreads); // slot j is written; warp j % NW merges it
+        bar_arrive(bar0 + j, kAttnThreads); // slot j is written; warp j % NW merges it
       // Warp (j - 1) % NW merges the range before, which its other warps
       // parked (and arrived at its barrier) a range ago.
       if (j >= 1 && warp == (j - 1) % NW) {
-        bar_sync(1 + j - 1, kAttnThreads);
+        bar_sync(bar0 + j - 1, kAttnThreads);
         merge_warps<G, D, NW, kWarpSize, 1, kSets, kGuard>(
             1, [&](int) -> part_t & { return slot(j - 1); }, record_of(s - range_step), lane);
       }
@@ -878,7 +886,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // merges them in the same order with the same arithmetic.
   auto copy_stage = [&](int s0, int nb) {
     const float *src = ws_pair + (long long)s0 * kPartFloats;
-    for (int c = (int)threadIdx.x; c < nb * kPartFloats / 4; c += kAttnThreads)
+    for (int c = thread_idx(); c < nb * kPartFloats / 4; c += kAttnThreads)
       async_copy16(stage + 4 * c, src + 4 * c);
     async_commit();
   };
@@ -887,7 +895,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   // records at a time (32 for 2 heads unrolled was 0.4-2% slower at 8K, and
   // 11% at 1K with one row: notes/perf/journal.md, v17).
   constexpr int kStageUnroll = kStage <= 20 ? kStage : 0;
-  if (kStageUnroll > 0 && threadIdx.x == 0)
+  if (kStageUnroll > 0 && thread_idx() == 0)
     neg_inf = -INFINITY;                 // (read after the barrier that follows the copies)
   constexpr int kRest = SPLITS - kStage; // records past the first stage, at most
   merge_t all;
@@ -900,7 +908,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
     for (int u = 0; u < kRest; ++u) {
 #pragma unroll
       for (int q = 0; q < merge_t::kEl; ++q) {
-        const int e = (int)threadIdx.x + q * kAttnThreads;
+        const int e = thread_idx() + q * kAttnThreads;
         rest_o[u][q] = make_float4(0.f, 0.f, 0.f, 0.f); // (u >= nr: weighs 0)
         rest_m[u][q] = -INFINITY;
         rest_l[u][q] = 0.f;

@@ -256,7 +256,26 @@ struct Item {
   int x, y, z; // the item's block index in its kernel's grid
   int grid_x;  // that grid's x size
 };
-__shared__ Item item; // written by kf_layer.cuh before each item
+// A packed phase (the schema's launch.layer_pack) runs kMaxPack items of
+// KF_MONO_THREADS / kMaxPack threads side by side in each block, item slot
+// s on threads [s * that, (s + 1) * that); other phases run one item at a
+// time in slot 0.
+constexpr int kMaxPack = 2;
+__shared__ Item item[kMaxPack]; // written by kf_layer.cuh before each item
+// The block index of the block's next item of this phase, after the current
+// one (slot 0 only); false if none.
+KF_DEVICE bool next_item(Item *next);
+// The current phase's threads per slot, as log2 (KF_MONO_THREADS unless
+// packed), and each slot's share of the dynamic shared memory in bytes.
+__shared__ int slot_shift, slot_smem_bytes;
+KF_DEVICE int slot() { return (int)threadIdx.x >> slot_shift; }
+// The thread's index within its item's threads.
+KF_DEVICE int slot_thread() { return (int)threadIdx.x & ((1 << slot_shift) - 1); }
+// The item's share of the layer kernel's dynamic shared memory.
+KF_DEVICE unsigned char *slot_smem() {
+  extern __shared__ __align__(16) unsigned char kf_layer_smem[];
+  return kf_layer_smem + slot() * slot_smem_bytes;
+}
 // Split K (skinny_gemm.cuh) through global memory, kf_layer.cuh.
 constexpr int kSplitRecordBytes = 1024; // one rank's partial tiles
 KF_DEVICE float *split_record(int tile, int ksplit, int rank);
@@ -267,28 +286,28 @@ KF_DEVICE void split_wait(int tile, int arrivals);
 
 KF_DEVICE int block_idx_x() {
 #if KF_MONO
-  return layer::item.x;
+  return layer::item[layer::slot()].x;
 #else
   return (int)blockIdx.x;
 #endif // KF_MONO
 }
 KF_DEVICE int block_idx_y() {
 #if KF_MONO
-  return layer::item.y;
+  return layer::item[layer::slot()].y;
 #else
   return (int)blockIdx.y;
 #endif // KF_MONO
 }
 KF_DEVICE int block_idx_z() {
 #if KF_MONO
-  return layer::item.z;
+  return layer::item[layer::slot()].z;
 #else
   return (int)blockIdx.z;
 #endif // KF_MONO
 }
 KF_DEVICE int grid_dim_x() {
 #if KF_MONO
-  return layer::item.grid_x;
+  return layer::item[layer::slot()].grid_x;
 #else
   return (int)gridDim.x;
 #endif // KF_MONO
@@ -302,14 +321,37 @@ template <int THREADS> KF_DEVICE void block_sync() {
   if constexpr (THREADS >= KF_MONO_THREADS)
     __syncthreads();
   else
-    bar_sync(15, THREADS);
+    bar_sync(15 - layer::slot(), THREADS);
 #else
   __syncthreads();
 #endif // KF_MONO
 }
 
+// The thread's index in its block (in a layer kernel: among its item's
+// threads), its lane and its warp.
+KF_DEVICE int thread_idx() {
+#if KF_MONO
+  return layer::slot_thread();
+#else
+  return (int)threadIdx.x;
+#endif // KF_MONO
+}
+// The thread's item slot in a layer kernel's packed phase; 0 elsewhere.
+KF_DEVICE int item_slot() {
+#if KF_MONO
+  return layer::slot();
+#else
+  return 0;
+#endif // KF_MONO
+}
 KF_DEVICE int lane_id() { return (int)(threadIdx.x % kWarpSize); }
-KF_DEVICE int warp_id() { return (int)(threadIdx.x / kWarpSize); }
+KF_DEVICE int warp_id() {
+#if KF_MONO
+  return (int)((unsigned)layer::slot_thread() / kWarpSize);
+#else
+  return (int)(threadIdx.x / kWarpSize);
+#endif // KF_MONO
+}
 
 // ---- memory ----------------------------------------------------------------
 // 16-byte vector of 8 bf16 values, as raw bits.
@@ -615,7 +657,7 @@ KF_DEVICE bool block_arrives_last(int *counters, long long i, int arrivals, int 
   __threadfence();
 #endif // !KF_HAS_ACQ_REL_ATOMIC
   block_sync<THREADS>();
-  if (threadIdx.x == 0) {
+  if (thread_idx() == 0) {
     int before;
 #if KF_HAS_ACQ_REL_ATOMIC
     asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;"

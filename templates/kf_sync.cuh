@@ -77,8 +77,12 @@
 namespace kf {
 namespace sync {
 
-constexpr int kLineBytes = 128;       // one counter per line: no false sharing
-constexpr unsigned kMaxPauseNs = 512; // back-off cap between polls (NVIDIA)
+constexpr int kLineBytes = 128; // one counter per line: no false sharing
+// KF_SYNC_MAX_PAUSE_NS: the back-off's cap between polls (NVIDIA).
+#ifndef KF_SYNC_MAX_PAUSE_NS
+#define KF_SYNC_MAX_PAUSE_NS 512
+#endif // KF_SYNC_MAX_PAUSE_NS
+constexpr unsigned kMaxPauseNs = KF_SYNC_MAX_PAUSE_NS;
 
 constexpr unsigned kStateClear = 0;   // no wait of any launch has expired
 constexpr unsigned kStateExpired = 1; // a wait expired; the fields below say which

@@ -10,8 +10,9 @@
 // qkv is the projection's output [rows, (NUM_Q_HEADS + 2 NUM_KV_HEADS) *
 // HEAD_DIM]: q heads, then k heads, then v heads.
 //
-// One block per row, HEAD_DIM / 8 lanes per head, 8 values per lane; every
-// value is computed from its own row alone (batch invariant). Pad rows read
+// One row per block x, HEAD_DIM / 8 lanes per head, 8 values per lane, the
+// row's heads over blocks y of 256 threads (whole heads each); every value
+// is computed from its own row alone (batch invariant). Pad rows read
 // and write nothing. Two entries share the row building block:
 // rope_kv_write_entry (rope_kv_write.json) and qknorm_rope_kv_write_entry
 // (qknorm_rope_kv_write.json, which also takes the two norm weights).
@@ -24,7 +25,8 @@
 
 namespace kf {
 
-// Building block: one row. The block has (HQ + 2 HKV) * HEAD_DIM / 8 threads.
+// Building block: the heads of one row that thread numbers `tid` hold
+// (HEAD_DIM / 8 per head; numbers past the last head do nothing).
 template <class R, int HQ, int HKV, int PAGE_SIZE, bool QK_NORM>
 KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, int position, long long slot,
                                  const kf_bf16 *q_norm_w, const kf_bf16 *k_norm_w, float eps,
@@ -76,46 +78,32 @@ KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, int position, long long slo
   }
 }
 
-template <class P> __host__ __device__ constexpr int rope_kv_write_threads() {
-  return (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM / 8;
-}
+// The threads of a block: HEAD_DIM / 8 per head, whole heads, so a row's
+// heads take blocks y = 0 .. ceil(heads * HEAD_DIM / 8 / 256) - 1.
+constexpr int kRopeThreads = 256;
 
-// Both entries: this block's row, after the previous kernel (qkv comes from
-// it); q_norm_w, k_norm_w and eps are used only with QK_NORM.
+// Both entries: this block's row (block x) and heads (block y), after the
+// previous kernel (qkv comes from it); q_norm_w, k_norm_w and eps are used
+// only with QK_NORM.
 template <class P, bool QK_NORM>
 KF_DEVICE void rope_kv_write_block(const kf_bf16 *qkv, const int *positions, const int *slots,
                                    const kf_bf16 *q_norm_w, const kf_bf16 *k_norm_w, float eps,
                                    kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache, int rows) {
-  static_assert(rope_kv_write_threads<P>() <= 1024, "too many heads for one block");
+  static_assert(kRopeThreads % (P::HEAD_DIM / 8) == 0, "a block holds whole heads");
   grid_dep_launch();
   grid_dep_wait(); // qkv comes from the previous kernel
   const int row = block_idx_x();
   if (row >= rows)
     return;
   constexpr int kStride = (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM;
-  auto run = [&](int tid) {
-    rope_kv_write_row<rope_config<P::HEAD_DIM, P>, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE,
-                      QK_NORM>(qkv + (long long)row * kStride, positions[row], slots[row], q_norm_w,
-                               k_norm_w, eps, q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM,
-                               k_cache, v_cache, tid);
-  };
-#if KF_MONO
-  // A layer kernel's block is smaller than the row's threads: it runs them
-  // KF_MONO_THREADS at a time (whole heads each time, as the block size is
-  // a multiple of the warp), every value computed as the separate kernel
-  // computes it.
-  for (int t0 = 0; t0 < rope_kv_write_threads<P>(); t0 += KF_MONO_THREADS) {
-    if (t0 > 0)
-      __syncthreads(); // every thread is done with the tables before they are rewritten
-    run(t0 + (int)threadIdx.x);
-  }
-#else
-  run((int)threadIdx.x);
-#endif // KF_MONO
+  rope_kv_write_row<rope_config<P::HEAD_DIM, P>, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE,
+                    QK_NORM>(qkv + (long long)row * kStride, positions[row], slots[row], q_norm_w,
+                             k_norm_w, eps, q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM,
+                             k_cache, v_cache, block_idx_y() * kRopeThreads + (int)threadIdx.x);
 }
 
-// Entry (no QK-norm): grid [W], block [(NUM_Q_HEADS + 2 NUM_KV_HEADS) *
-// HEAD_DIM / 8]. positions[rows], slots[rows].
+// Entry (no QK-norm): grid [W, ceil((NUM_Q_HEADS + 2 NUM_KV_HEADS) *
+// HEAD_DIM / 8 / 256)], block [256]. positions[rows], slots[rows].
 template <class P>
 KF_DEVICE void rope_kv_write_entry(const kf_bf16 *qkv, const int *positions, const int *slots,
                                    kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache, int rows) {

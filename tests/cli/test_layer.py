@@ -52,6 +52,9 @@ class LayerKinds(unittest.TestCase):
             # the largest phase: qkv_proj's N / 16 = (16 + 2 * 8) * 128 / 16 tiles
             self.assertEqual(launch["grid"], [256, 1, 1])
             self.assertNotIn("cluster", launch)
+            # attention (launch.layer_pack): two items of 128 threads side by
+            # side, each with its own 47120 bytes
+            self.assertGreaterEqual(launch["shared_bytes"], 2 * 47120)
             bufs = {b["arg"]: b for b in k["buffers"]}
             self.assertEqual(list(bufs), ["decode_attention_workspace",
                                           "decode_attention_semaphores", "layer_sync",
@@ -82,6 +85,8 @@ class LayerKinds(unittest.TestCase):
                                         "kf::gate_up_silu_entry<kf_params_6>",
                                         "kf::skinny_gemm_entry<kf_params_7>")]
         self.assertEqual(calls, sorted(calls))
+        self.assertIn("kf::layer::phase<128, 2>(3, ", src)
+        self.assertIn("kf::layer::phase<256, 1>(4, ", src)
         # the separate kinds are all still there
         kinds = {k["kind"] for k in man["kernels"]}
         self.assertEqual(kinds, set(PHASES) | {"layer"})
@@ -107,6 +112,35 @@ class LayerKinds(unittest.TestCase):
         r = build(w, desc, expect_rc=2)
         self.assertIn("phase 0: template add_rmsnorm (kind input_norm) has no "
                       "launch.layer_shared_bytes", r.err)
+
+    def test_a_phase_takes_its_items_from_layer_grid(self):
+        w = Work(self, "layer-grid", copy_shipped=True)
+        desc = shipped(w, "qwen3-0.6b", [8])
+        schema = w.load_json("shipped/templates/decode_attention.json")
+        schema["launch"]["layer_grid"] = ["SPLITS", "NUM_KV_HEADS", "W"]
+        w.dump_json("shipped/templates/decode_attention.json", schema)
+        build(w, desc)
+        src = w.read("out/qwen3-0.6b/sm_90a/layer_w8.cu")
+        # phase 3 (attention): 32 ranges x 8 kv heads x 8 rows, one range an
+        # item; the separate kernel keeps its own grid, 8 ranges a block
+        call = src[src.index("kf::layer::phase<128, 2>(3, "):]
+        self.assertEqual(call[:call.index(")")].split(", ")[3:6], ["32", "8", "8"])
+        man = w.load_json("cache/v1/manifests/qwen3-0.6b/sm_90a.json")
+        attn = next(k for k in man["kernels"] if k["kind"] == "decode_attention")
+        self.assertEqual(attn["launch"]["grid"], [4, 8, 8])
+        # o_proj (phase 4) waits for all 2048 of them
+        self.assertIn("kf::layer::phase<256, 1>(4, 2048, ", src)
+
+    def test_a_layer_grid_that_gives_no_blocks_is_refused(self):
+        w = Work(self, "layer-grid-bad", copy_shipped=True)
+        desc = shipped(w, "qwen3-0.6b", [1])
+        schema = w.load_json("shipped/templates/decode_attention.json")
+        schema["launch"]["layer_grid"] = ["SPLITS - 32", "NUM_KV_HEADS", "W"]
+        w.dump_json("shipped/templates/decode_attention.json", schema)
+        r = build(w, desc, expect_rc=2)
+        self.assertIn("launch.layer_grid[0]: \"SPLITS - 32\" gives 0 for width 1", r.err)
+        self.assertFalse(os.path.exists(w.path("cache", "v1", "manifests", "qwen3-0.6b",
+                                               "sm_90a.json")))
 
 
 if __name__ == "__main__":

@@ -191,8 +191,9 @@ template <int D, int HQ, int HKV, int W_> struct RopeP {
   static constexpr float EPS = 1e-6f;
 };
 
-// The block has (HQ + 2 HKV) * D / 8 threads: 24, 40 or 112 leave the last
-// warp short, at 32 lanes or 64.
+// A row's (HQ + 2 HKV) * D / 8 threads go to blocks of 256: 24, 40 or 112
+// leave the last warp short, at 32 lanes or 64; 512 and 1792 take 2 and 7
+// blocks.
 template <bool QK_NORM, int D, int HQ, int HKV, int W> void check_rope(int rows) {
   using P = RopeP<D, HQ, HKV, W>;
   constexpr int S = (HQ + 2 * HKV) * D, kPages = 8;
@@ -203,7 +204,7 @@ template <bool QK_NORM, int D, int HQ, int HKV, int W> void check_rope(int rows)
     pos[r] = 37 + 1000 * r;
     slots[r] = 16 * (r + 1) + 3 * r;
   }
-  emu::launch({W, 1, 1}, {(unsigned)(S / 8), 1, 1}, [&] {
+  emu::launch({W, (unsigned)(S / 8 + 255) / 256, 1}, {256, 1, 1}, [&] {
     if constexpr (QK_NORM)
       kf::qknorm_rope_kv_write_entry<P>(dev(qkv), pos.data(), slots.data(), dev(qn), dev(kn),
                                         dev(q_out), dev(kc), dev(vc), rows);
@@ -572,6 +573,7 @@ int main(int argc, char **argv) {
   } else if (group == "rope") {
     check_rope<false, 128, 16, 8, 2>(2);
     check_rope<true, 128, 16, 8, 2>(1);
+    check_rope<false, 128, 96, 8, 2>(2);
     check_rope<true, 64, 1, 1, 1>(1);
     check_rope<true, 128, 5, 1, 1>(1);
     check_rope<true, 256, 2, 1, 1>(1);
