@@ -30,13 +30,6 @@ KF_DEVICE void gate_up_silu_entry(const kf_bf16 *x, const kf_bf16 *w, kf_bf16 *o
   constexpr int kRows = P::HALF_TILES ? kGemmTileRows / 2 : kGemmTileRows;
   const int n0 = block_idx_x() / P::KSPLIT * kRows;
   const long long off[2] = {(long long)n0 * P::K, (long long)(P::INTERMEDIATE + n0) * P::K};
-#if KF_MONO
-  gemm_layer_prefetch<P::K, P::KSPLIT, 2, kRows>(w, [](int bx, long long(&o)[2]) {
-    const long long n = (long long)(bx / P::KSPLIT) * kRows;
-    o[0] = n * P::K;
-    o[1] = (P::INTERMEDIATE + n) * P::K;
-  });
-#endif // KF_MONO
   skinny_gemm_block<P::K, 2, P::W, kGemmThreads, P::HALF_TILES != 0, P::KSPLIT, P::DEEP_RING != 0,
                     P::LATE_SLOTS>(x, w, off, rows, [&](int wrow, int xrow, const float *v) {
     store_bf16(out + (long long)xrow * P::INTERMEDIATE + n0 + wrow, silu_mul(v[0], v[1]));

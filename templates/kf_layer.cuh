@@ -48,8 +48,7 @@ struct State {
   unsigned long long epoch;
   int wait_counter; // the previous phase's counter; -1: none (the first phase)
   unsigned long long wait_target;
-  int split_base;                  // the current phase's first split counter
-  int gx, gy, items, ksplit, next; // the current phase's grid and split; slot 0's next item
+  int split_base; // the current phase's first split counter
 #ifdef KF_LAYER_STAMPS
   int phase;  // the phase running
   int waited; // waits stamped in this phase
@@ -149,13 +148,6 @@ KF_DEVICE Item item_at(int i, int gx, int gy, int ksplit) {
   return it;
 }
 
-KF_DEVICE bool next_item(Item *next) {
-  if (state.next >= state.items)
-    return false;
-  *next = item_at(state.next, state.gx, state.gy, state.ksplit);
-  return true;
-}
-
 // One item, in a function of its own: ptxas then allocates each phase's
 // registers alone (inlined into one body, Qwen2.5-7B's layer at width 2
 // spilled 28 bytes at the 255-register cap, though no phase does alone).
@@ -186,11 +178,6 @@ KF_DEVICE void phase(int index, int prev_items, int gx, int gy, int gz, int kspl
     constexpr int kShift = log2_of(PACK > 1 ? THREADS : KF_MONO_THREADS);
     slot_shift = kShift;
     slot_smem_bytes = smem_bytes;
-    state.gx = gx;
-    state.gy = gy;
-    state.items = gx * gy * gz;
-    state.ksplit = ksplit;
-    state.next = state.items; // (set per item where a slot-0 item asks: next_item)
 #ifdef KF_LAYER_STAMPS
     state.phase = index;
     state.waited = 0;
@@ -204,10 +191,8 @@ KF_DEVICE void phase(int index, int prev_items, int gx, int gy, int gz, int kspl
   if constexpr (PACK == 1) {
     for (int i = (int)blockIdx.x; i < items; i += (int)gridDim.x) {
       __syncthreads(); // the last item is done with shared memory and layer::item
-      if (threadIdx.x == 0) {
+      if (threadIdx.x == 0)
         item[0] = item_at(i, gx, gy, ksplit);
-        state.next = i + (int)gridDim.x;
-      }
       __syncthreads();
       if (THREADS >= KF_MONO_THREADS || (int)threadIdx.x < THREADS)
         run_item(run);

@@ -262,9 +262,6 @@ struct Item {
 // time in slot 0.
 constexpr int kMaxPack = 2;
 __shared__ Item item[kMaxPack]; // written by kf_layer.cuh before each item
-// The block index of the block's next item of this phase, after the current
-// one (slot 0 only); false if none.
-KF_DEVICE bool next_item(Item *next);
 // The current phase's threads per slot, as log2 (KF_MONO_THREADS unless
 // packed), and each slot's share of the dynamic shared memory in bytes.
 __shared__ int slot_shift, slot_smem_bytes;

@@ -675,36 +675,6 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   }
 }
 
-// KF_LAYER_PREFETCH 1 (layer kernels): as an item starts, ask L2 for the
-//   weights of the block's next item of the phase, so that they stream
-//   while this one runs.
-#ifndef KF_LAYER_PREFETCH
-#define KF_LAYER_PREFETCH 0
-#endif // KF_LAYER_PREFETCH
-
-#if KF_MONO
-// A layer kernel's L2 prefetch (KF_LAYER_PREFETCH) of the block's next
-// projection item's weights: NTI tiles of ROWS rows, tile i's rows at
-// off_of(bx)[i] + r * K, of which item bx reads slice bx % KSPLIT of K.
-template <int K, int KSPLIT, int NTI, int ROWS, class OffOf>
-KF_DEVICE void gemm_layer_prefetch(const kf_bf16 *w, OffOf off_of) {
-  static_assert(NTI * ROWS <= kGemmThreads, "one row per thread");
-  constexpr int KL = K / KSPLIT;
-  layer::Item next;
-  const int t = (int)threadIdx.x;
-  if (KF_LAYER_PREFETCH && t < NTI * ROWS && layer::next_item(&next)) {
-    long long off[NTI];
-    off_of(next.x, off);
-    const int i = t / ROWS, r = t % ROWS;
-    long long at = off[0];
-#pragma unroll
-    for (int q = 1; q < NTI; ++q)
-      at = i == q ? off[q] : at; // no run-time array index
-    prefetch_l2(w + at + (long long)r * K + (long long)(next.x % KSPLIT) * KL, KL * 2);
-  }
-}
-#endif // KF_MONO
-
 // The tile of this block (grid [N / 16 * KSPLIT] in clusters of [KSPLIT, 1,
 // 1], block [256], shared_bytes gemm_dyn_smem_bytes(KF_USE_MMA,
 // gemm_long(K / KSPLIT, DEEP_RING), W)): rows n0 .. n0 + 15 of w [N x K]
@@ -715,11 +685,6 @@ KF_DEVICE void skinny_gemm_tile(const kf_bf16 *x, const kf_bf16 *w, int rows, Ep
   static_assert(P::N % kGemmTileRows == 0, "N must be a multiple of 16");
   const int n0 = (int)(block_idx_x() / P::KSPLIT) * kGemmTileRows;
   const long long off[1] = {(long long)n0 * P::K};
-#if KF_MONO
-  gemm_layer_prefetch<P::K, P::KSPLIT, 1, kGemmTileRows>(w, [](int bx, long long(&o)[1]) {
-    o[0] = (long long)(bx / P::KSPLIT) * kGemmTileRows * P::K;
-  });
-#endif // KF_MONO
   skinny_gemm_block<P::K, 1, P::W, kGemmThreads, false, P::KSPLIT, P::DEEP_RING != 0,
                     P::LATE_SLOTS>(
       x, w, off, rows, [&](int wrow, int xrow, const float *v) { epi(n0 + wrow, xrow, v[0]); });

@@ -29,6 +29,16 @@ def build(w, desc, expect_rc=0):
     return r
 
 
+def with_attention_layer_grid(w, widths, grid):
+    """A work dir with Qwen3-0.6B at `widths` whose decode_attention schema
+    gives launch.layer_grid `grid`; returns the description."""
+    desc = shipped(w, "qwen3-0.6b", widths)
+    schema = w.load_json("shipped/templates/decode_attention.json")
+    schema["launch"]["layer_grid"] = grid
+    w.dump_json("shipped/templates/decode_attention.json", schema)
+    return desc
+
+
 class LayerKinds(unittest.TestCase):
     def test_qwen3_layer_kernel_in_the_manifest(self):
         w = Work(self, "layer", copy_shipped=True)
@@ -115,11 +125,7 @@ class LayerKinds(unittest.TestCase):
 
     def test_a_phase_takes_its_items_from_layer_grid(self):
         w = Work(self, "layer-grid", copy_shipped=True)
-        desc = shipped(w, "qwen3-0.6b", [8])
-        schema = w.load_json("shipped/templates/decode_attention.json")
-        schema["launch"]["layer_grid"] = ["SPLITS", "NUM_KV_HEADS", "W"]
-        w.dump_json("shipped/templates/decode_attention.json", schema)
-        build(w, desc)
+        build(w, with_attention_layer_grid(w, [8], ["SPLITS", "NUM_KV_HEADS", "W"]))
         src = w.read("out/qwen3-0.6b/sm_90a/layer_w8.cu")
         # phase 3 (attention): 32 ranges x 8 kv heads x 8 rows, one range an
         # item; the separate kernel keeps its own grid, 8 ranges a block
@@ -133,10 +139,7 @@ class LayerKinds(unittest.TestCase):
 
     def test_a_layer_grid_that_gives_no_blocks_is_refused(self):
         w = Work(self, "layer-grid-bad", copy_shipped=True)
-        desc = shipped(w, "qwen3-0.6b", [1])
-        schema = w.load_json("shipped/templates/decode_attention.json")
-        schema["launch"]["layer_grid"] = ["SPLITS - 32", "NUM_KV_HEADS", "W"]
-        w.dump_json("shipped/templates/decode_attention.json", schema)
+        desc = with_attention_layer_grid(w, [1], ["SPLITS - 32", "NUM_KV_HEADS", "W"])
         r = build(w, desc, expect_rc=2)
         self.assertIn("launch.layer_grid[0]: \"SPLITS - 32\" gives 0 for width 1", r.err)
         self.assertFalse(os.path.exists(w.path("cache", "v1", "manifests", "qwen3-0.6b",
