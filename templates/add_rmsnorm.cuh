@@ -19,44 +19,26 @@ namespace kf {
 
 constexpr int kAddRmsnormThreads = 256; // == add_rmsnorm.json launch.block[0]
 
-// A thread's share of a row of HIDDEN values, THREADS threads a row.
-template <int HIDDEN, int THREADS> struct RmsnormShare {
-  static_assert(HIDDEN % 8 == 0, "HIDDEN must be a multiple of 8");
-  static constexpr int kVecs = HIDDEN / 8;
-  static constexpr int kPerThread = (kVecs + THREADS - 1) / THREADS;
-  // The weight: constant, so loaded ahead of the wait for the inputs. A
-  // slot past the row's end (when THREADS does not divide HIDDEN / 8) is
-  // zero, never read.
-  vec8 w[kPerThread] = {};
-  KF_DEVICE void load_weight(const kf_bf16 *weight) {
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int v = (int)threadIdx.x + i * THREADS;
-      if (kVecs % THREADS == 0 || v < kVecs)
-        w[i] = load_shared_ro(weight + v * 8);
-    }
-  }
-};
-
-// Building block: one row of HIDDEN values by a block of THREADS threads,
-// the weight already in `share`. scratch: THREADS / warp size floats of
-// shared memory.
+// Building block: one row of HIDDEN values by a block of THREADS threads.
+// scratch: THREADS / warp size floats of shared memory.
 template <int HIDDEN, int THREADS>
-KF_DEVICE void add_rmsnorm_row(const kf_bf16 *x, kf_bf16 *residual,
-                               const RmsnormShare<HIDDEN, THREADS> &share, kf_bf16 *out, float eps,
-                               float *scratch) {
+KF_DEVICE void add_rmsnorm_row(const kf_bf16 *x, kf_bf16 *residual, const kf_bf16 *weight,
+                               kf_bf16 *out, float eps, float *scratch) {
+  static_assert(HIDDEN % 8 == 0, "HIDDEN must be a multiple of 8");
   constexpr int kVecs = HIDDEN / 8;
-  constexpr int kPerThread = RmsnormShare<HIDDEN, THREADS>::kPerThread;
+  constexpr int kPerThread = (kVecs + THREADS - 1) / THREADS;
   const int tid = (int)threadIdx.x;
 
-  // A slot past the row's end is zero, never read: every slot is defined on
-  // every path.
+  // A slot past the row's end (when THREADS does not divide HIDDEN / 8) is
+  // zero, never read: every slot is defined on every path.
   float z[kPerThread][8] = {};
+  vec8 wv[kPerThread] = {}; // the weight, loaded before the reduction needs the block
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int v = tid + i * THREADS;
     if (kVecs % THREADS == 0 || v < kVecs) {
+      wv[i] = load_shared_ro(weight + v * 8);
       float a[8], b[8];
       unpack8(load_vec(x + v * 8), a);
       unpack8(load_vec(residual + v * 8), b);
@@ -75,7 +57,7 @@ KF_DEVICE void add_rmsnorm_row(const kf_bf16 *x, kf_bf16 *residual,
     const int v = tid + i * THREADS;
     if (kVecs % THREADS == 0 || v < kVecs) {
       float w[8], o[8];
-      unpack8(share.w[i], w);
+      unpack8(wv[i], w);
 #pragma unroll
       for (int e = 0; e < 8; ++e)
         o[e] = z[i][e] * inv_rms * w[e];
@@ -91,14 +73,12 @@ KF_DEVICE void add_rmsnorm_entry(const kf_bf16 *x, kf_bf16 *residual, const kf_b
                                  kf_bf16 *out, int rows) {
   __shared__ float scratch[kAddRmsnormThreads / kWarpSize];
   grid_dep_launch();
-  RmsnormShare<P::HIDDEN, kAddRmsnormThreads> share;
-  share.load_weight(weight);
   grid_dep_wait(); // x and residual come from the previous kernels
   const int row = block_idx_x();
   if (row >= rows)
     return;
   const long long off = (long long)row * P::HIDDEN;
-  add_rmsnorm_row<P::HIDDEN, kAddRmsnormThreads>(x + off, residual + off, share, out + off, P::EPS,
+  add_rmsnorm_row<P::HIDDEN, kAddRmsnormThreads>(x + off, residual + off, weight, out + off, P::EPS,
                                                  scratch);
 }
 

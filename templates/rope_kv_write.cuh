@@ -26,25 +26,26 @@
 namespace kf {
 
 // Building block: the heads of one row that thread numbers `tid` hold
-// (HEAD_DIM / 8 per head; numbers past the last head do nothing), with the
-// row's rotary tables cos_t, sin_t (rope_table at its position) and its
-// cache slot.
+// (HEAD_DIM / 8 per head; numbers past the last head do nothing).
 template <class R, int HQ, int HKV, int PAGE_SIZE, bool QK_NORM>
-KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, const float *cos_t, const float *sin_t,
-                                 long long slot, const kf_bf16 *q_norm_w, const kf_bf16 *k_norm_w,
-                                 float eps, kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache,
-                                 int tid) {
+KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, int position, long long slot,
+                                 const kf_bf16 *q_norm_w, const kf_bf16 *k_norm_w, float eps,
+                                 kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache,
+                                 int tid = (int)threadIdx.x) {
   constexpr int D = R::HEAD_DIM;
   constexpr int kGroup = D / 8;
   static_assert(D % 16 == 0 && kGroup <= kWarpSize && (kGroup & (kGroup - 1)) == 0,
                 "HEAD_DIM / 8 must be a power of two no larger than the warp");
+  __shared__ float cos_t[D / 2], sin_t[D / 2];
   const int head = tid / kGroup, j = tid % kGroup;
   const bool is_q = head < HQ, is_v = head >= HQ + HKV;
   const bool real = head < HQ + 2 * HKV; // whole groups only: never splits a warp's shuffles
+  // Loads first, so that their latency overlaps the table's arithmetic.
   const vec8 raw = real ? load_vec(qkv + (long long)head * D + 8 * j) : zero_vec();
   vec8 wraw = zero_vec();
   if (QK_NORM && real)
     wraw = load_shared_ro((is_q ? q_norm_w : k_norm_w) + 8 * j);
+  rope_table<R>(position, cos_t, sin_t);
   if (!real)
     return;
 
@@ -81,31 +82,24 @@ KF_DEVICE void rope_kv_write_row(const kf_bf16 *qkv, const float *cos_t, const f
 // heads take blocks y = 0 .. ceil(heads * HEAD_DIM / 8 / 256) - 1.
 constexpr int kRopeThreads = 256;
 
-// Both entries: this block's row (block x) and heads (block y); q_norm_w,
-// k_norm_w and eps are used only with QK_NORM. The row's position and slot
-// are step inputs, in place before the layer's first kernel starts
-// (docs/contracts.md), so they are read and the rotary table is computed
-// ahead of the wait; qkv comes from the previous kernel.
+// Both entries: this block's row (block x) and heads (block y), after the
+// previous kernel (qkv comes from it); q_norm_w, k_norm_w and eps are used
+// only with QK_NORM.
 template <class P, bool QK_NORM>
 KF_DEVICE void rope_kv_write_block(const kf_bf16 *qkv, const int *positions, const int *slots,
                                    const kf_bf16 *q_norm_w, const kf_bf16 *k_norm_w, float eps,
                                    kf_bf16 *q_out, kf_bf16 *k_cache, kf_bf16 *v_cache, int rows) {
   static_assert(kRopeThreads % (P::HEAD_DIM / 8) == 0, "a block holds whole heads");
-  using R = rope_config<P::HEAD_DIM, P>;
-  __shared__ float cos_t[P::HEAD_DIM / 2], sin_t[P::HEAD_DIM / 2];
   grid_dep_launch();
-  const int row = block_idx_x();
-  const bool live = row < rows;
-  const long long slot = live ? slots[row] : 0;
-  rope_table<R>(live ? positions[row] : 0, cos_t, sin_t);
   grid_dep_wait(); // qkv comes from the previous kernel
-  if (!live)
+  const int row = block_idx_x();
+  if (row >= rows)
     return;
   constexpr int kStride = (P::NUM_Q_HEADS + 2 * P::NUM_KV_HEADS) * P::HEAD_DIM;
-  rope_kv_write_row<R, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE, QK_NORM>(
-      qkv + (long long)row * kStride, cos_t, sin_t, slot, q_norm_w, k_norm_w, eps,
-      q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM, k_cache, v_cache,
-      block_idx_y() * kRopeThreads + (int)threadIdx.x);
+  rope_kv_write_row<rope_config<P::HEAD_DIM, P>, P::NUM_Q_HEADS, P::NUM_KV_HEADS, P::PAGE_SIZE,
+                    QK_NORM>(qkv + (long long)row * kStride, positions[row], slots[row], q_norm_w,
+                             k_norm_w, eps, q_out + (long long)row * P::NUM_Q_HEADS * P::HEAD_DIM,
+                             k_cache, v_cache, block_idx_y() * kRopeThreads + (int)threadIdx.x);
 }
 
 // Entry (no QK-norm): grid [W, ceil((NUM_Q_HEADS + 2 NUM_KV_HEADS) *

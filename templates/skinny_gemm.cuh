@@ -143,32 +143,14 @@ __host__ __device__ constexpr int gemm_dyn_smem_bytes(bool mma, bool lng, int W)
   return mma ? 65536 * lng + gemm_x_ring_bytes(lng, W) : 0;
 }
 
-// KF_LAYER_GEMM_SLOTS (layer kernels): line-path slots of 2 KB a warp
-//   keeps in flight. A layer kernel runs one block per SM (its registers),
-//   where the separate kernels run two or three, so each warp streams more
-//   of its weights at once, and ahead of the phase's wait. At most 8: the
-//   schemas' launch.layer_shared_bytes reserve 8.
-#ifndef KF_LAYER_GEMM_SLOTS
-#define KF_LAYER_GEMM_SLOTS 8
-#endif // KF_LAYER_GEMM_SLOTS
-constexpr int kGemmLayerSlots = KF_LAYER_GEMM_SLOTS;
-constexpr int kGemmLayerSlotsMax = 8;
-static_assert(kGemmLayerSlots >= 2 && kGemmLayerSlots <= kGemmLayerSlotsMax,
-              "KF_LAYER_GEMM_SLOTS: 2..8");
-
-// A layer kernel's dynamic shared memory for a projection phase (the
-// schemas' launch.layer_shared_bytes spell the same): the weight ring (8
-// slots per warp, at least the long path's 64 KB), the activation ring (8
-// slots of W x 128 bytes per warp), then the warps' partial tiles.
-constexpr int kGemmLayerRingBytes = kGemmThreads / 32 * kGemmLayerSlotsMax * 2048;
+// A layer kernel's dynamic shared memory for a projection phase: the
+// dynamic part, then room for the short path's partial tiles and static
+// ring (the schemas' launch.layer_shared_bytes spell the same).
 constexpr int kGemmLayerRedBytes = 8192;
-__host__ __device__ constexpr int gemm_layer_x_ring_bytes(int W) {
-  return kGemmThreads / 32 * kGemmLayerSlotsMax * W * 128;
+constexpr int kGemmLayerRingBytes = 32768;
+__host__ __device__ constexpr int gemm_layer_smem_bytes(bool mma, bool lng, int W) {
+  return mma ? gemm_dyn_smem_bytes(true, lng, W) + kGemmLayerRedBytes + kGemmLayerRingBytes : 0;
 }
-__host__ __device__ constexpr int gemm_layer_smem_bytes(bool mma, int W) {
-  return mma ? kGemmLayerRingBytes + gemm_layer_x_ring_bytes(W) + kGemmLayerRedBytes : 0;
-}
-static_assert(kGemmLayerRingBytes >= 65536, "the long path's fragment ring fits");
 
 #if KF_USE_MMA
 // Warp building block (cp.async ring): the warp's share of NT 16-row tiles
@@ -502,22 +484,18 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
   if (dynamic_smem_bytes() < (unsigned)gemm_dyn_smem_bytes(true, kLong, W))
     __trap();
-#if KF_MONO
-  // In a layer kernel (gemm_layer_smem_bytes): the weight ring, the
-  // activation ring, the partial tiles; kGemmLayerSlots slots a warp.
-  constexpr int kXRingAt = kGemmLayerRingBytes;
-  constexpr int kRedAt = kXRingAt + gemm_layer_x_ring_bytes(W);
-  constexpr int kSlots = kGemmLayerSlots;
-  if (dynamic_smem_bytes() < (unsigned)gemm_layer_smem_bytes(true, W))
-    __trap();
-#else
   // The activation ring, after the long path's weight ring.
   constexpr int kXRingAt = kLong ? 65536 : 0;
-  constexpr int kSlots = kLineSlots;
+  vec8 *xring = reinterpret_cast<vec8 *>(kf_gemm_smem + kXRingAt);
   static_assert(kXRingAt + gemm_x_ring_bytes(kLong, W) <= gemm_dyn_smem_bytes(true, kLong, W),
                 "activation ring exceeds shared_bytes");
+#if KF_MONO
+  // In a layer kernel the short path's static ring and partial tiles follow
+  // the dynamic part (gemm_layer_smem_bytes), reused by the other phases.
+  constexpr int kStaticAt = gemm_dyn_smem_bytes(true, kLong, W);
+  if (dynamic_smem_bytes() < (unsigned)gemm_layer_smem_bytes(true, kLong, W))
+    __trap();
 #endif // KF_MONO
-  vec8 *xring = reinterpret_cast<vec8 *>(kf_gemm_smem + kXRingAt);
   if constexpr (kLong) {
     // The weight ring lives in dynamic shared memory; once every copy has
     // landed, the warps' partial tiles reuse it.
@@ -528,9 +506,8 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_GEMM_ASYNC
       vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
       if constexpr (kLines) {
-        static_assert(kWarps * kSlots * 128 * 16 <= (KF_MONO ? kGemmLayerRingBytes : 65536),
-                      "line ring exceeds shared_bytes");
-        warp_gemm_tiles_lines<KL, K, NT, kSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
+        static_assert(kWarps * kLineSlots * 128 * 16 <= 65536, "line ring exceeds shared_bytes");
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
             acc, ws, lo, hi, xs, rows, ring, xring, warp, lane, rot_at);
       } else {
         warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
@@ -541,16 +518,12 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
                                       lane);
 #endif // KF_GEMM_ASYNC
     }
-#if KF_MONO
-    red = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem + kRedAt);
-#else
     __syncthreads(); // every warp is done with the ring before it is reused
     red = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem);
-#endif // KF_MONO
   } else {
 #if KF_MONO
     static_assert(kWarps * NT * 128 * 4 <= kGemmLayerRedBytes, "partials exceed the layer's room");
-    auto red_short = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem + kRedAt);
+    auto red_short = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem + kStaticAt);
 #else
     __shared__ float red_short[kWarps][NT][128];
 #endif // KF_MONO
@@ -559,17 +532,17 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #if KF_GEMM_ASYNC
       if constexpr (kLines) {
 #if KF_MONO
-        static_assert(kWarps * kSlots * 128 * 16 <= kGemmLayerRingBytes, "ring exceeds room");
-        vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
+        static_assert(kWarps * kLineSlots * 128 * 16 <= kGemmLayerRingBytes, "ring exceeds room");
+        vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem + kStaticAt + kGemmLayerRedBytes);
 #else
         __shared__ vec8 ring[kWarps * kLineSlots * 128];
 #endif // KF_MONO
-        warp_gemm_tiles_lines<KL, K, NT, kSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
+        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
             acc, ws, lo, hi, xs, rows, ring, xring, warp, lane, rot_at);
       } else {
 #if KF_MONO
         static_assert(kUnroll * NT * 2 * THREADS * 16 <= kGemmLayerRingBytes, "ring exceeds room");
-        vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
+        vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem + kStaticAt + kGemmLayerRedBytes);
 #else
         __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
 #endif // KF_MONO
