@@ -1,9 +1,11 @@
 // moe.cuh: the mixture-of-experts MLP of a decode step, in four kinds:
 //
 //   router       logits[r, e] = x[r] . w_router[e] (fp32), softmax over the
-//                experts, the TOPK largest (ties: the lower expert index
-//                wins), renormalised to sum 1 when RENORM, times SCALE;
-//                writes ids[r, k] and weights[r, k], k the rank (0 = largest)
+//                experts (or, moe_router_sigmoid, each expert's sigmoid
+//                with a correction bias added for the choice), the TOPK
+//                largest (ties: the lower expert index wins), renormalised
+//                to sum 1 when RENORM, times SCALE; writes ids[r, k] and
+//                weights[r, k], k the rank (0 = largest)
 //   moe_gate_up  for every expert some row chose: act = silu(x w_gate^T) *
 //                (x w_up^T) for all rows, into that expert's slot of `act`
 //   moe_down     for every expert some row chose: y[r, k] = act . w_down^T
@@ -87,62 +89,87 @@ KF_DEVICE int moe_distinct(const int *ids, int rows, int *list) {
 
 // ---- router -------------------------------------------------------------------
 
-// One row's choice from its logits (every lane of a warp calls it): softmax,
-// K rounds of the largest remaining probability (ties to the lower expert
-// index), renormalisation and scale; lane 0 writes ids and weights.
-template <class P>
-KF_DEVICE void router_pick(const float *logits, int *ids, float *weights, int lane) {
+// How the router scores the experts: a softmax over them (Qwen3-MoE,
+// Mixtral), or each expert's sigmoid, to which a per-expert correction bias
+// is added for the choice only (DeepSeek-V3's router, GLM-4.5's): the
+// weights are the unbiased sigmoids of the chosen experts.
+enum class RouterScore { kSoftmax, kSigmoidBiased };
+
+// One row's choice from its logits (every lane of a warp calls it): the
+// scores, K rounds of the largest remaining choice key (ties to the lower
+// expert index; the key is the score, plus bias[e] for kSigmoidBiased),
+// renormalisation of the chosen scores to sum 1 when RENORM, and scale;
+// lane 0 writes ids and weights.
+template <class P, RouterScore S>
+KF_DEVICE void router_pick(const float *logits, const float *bias, int *ids, float *weights,
+                           int lane) {
   constexpr int E = P::EXPERTS, K = P::TOPK;
   constexpr int kPer = (E + kWarpSize - 1) / kWarpSize;
-  float p[kPer];
-  float mx = -INFINITY;
+  // Taken keys (and those of experts past E) become kTaken, below every
+  // key: probabilities are >= 0, a sigmoid plus its bias any finite value.
+  constexpr float kTaken = S == RouterScore::kSoftmax ? -1.f : -INFINITY;
+  float p[kPer], key[kPer];
+  if constexpr (S == RouterScore::kSoftmax) {
+    float mx = -INFINITY;
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int x_e = lane + j * kWarpSize;
-    p[j] = x_e < E ? load_coherent(logits + x_e) : -INFINITY;
-    mx = fmaxf(mx, p[j]);
+    for (int j = 0; j < kPer; ++j) {
+      const int x_e = lane + j * kWarpSize;
+      p[j] = x_e < E ? load_coherent(logits + x_e) : -INFINITY;
+      mx = fmaxf(mx, p[j]);
+    }
+    mx = group_max<kWarpSize>(mx);
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      p[j] = lane + j * kWarpSize < E ? expf(p[j] - mx) : 0.f;
+      sum += p[j];
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      p[j] = p[j] / sum;
+      key[j] = p[j];
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int x_e = lane + j * kWarpSize;
+      p[j] = x_e < E ? 1.f / (1.f + expf(-load_coherent(logits + x_e))) : 0.f;
+      key[j] = x_e < E ? p[j] + bias[x_e] : kTaken;
+    }
   }
-  mx = group_max<kWarpSize>(mx);
-  float sum = 0.f;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    p[j] = lane + j * kWarpSize < E ? expf(p[j] - mx) : 0.f;
-    sum += p[j];
-  }
-  sum = warp_sum(sum);
-#pragma unroll
-  for (int j = 0; j < kPer; ++j)
-    p[j] = p[j] / sum;
-  // Taken entries become -1 (probabilities are >= 0).
   float picked[K];
   int picked_id[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    float best = -1.f;
+    float best = kTaken, best_p = 0.f;
     int best_e = E;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int x_e = lane + j * kWarpSize;
-      if (x_e < E && p[j] > best) { // ascending e: the first of equals stays
-        best = p[j];
+      if (x_e < E && key[j] > best) { // ascending e: the first of equals stays
+        best = key[j];
+        best_p = p[j];
         best_e = x_e;
       }
     }
 #pragma unroll
     for (int m = 1; m < kWarpSize; m <<= 1) {
       const float ob = shfl_xor(best, m);
+      const float op = S == RouterScore::kSoftmax ? ob : shfl_xor(best_p, m);
       const int oe = __float_as_int(shfl_xor(__int_as_float(best_e), m));
       if (ob > best || (ob == best && oe < best_e)) {
         best = ob;
+        best_p = op;
         best_e = oe;
       }
     }
-    picked[k] = best;
+    picked[k] = S == RouterScore::kSoftmax ? best : best_p;
     picked_id[k] = best_e;
 #pragma unroll
     for (int j = 0; j < kPer; ++j)
       if (lane + j * kWarpSize == best_e)
-        p[j] = -1.f;
+        key[j] = kTaken;
   }
   float norm = 1.f;
   if (P::RENORM) {
@@ -161,14 +188,15 @@ KF_DEVICE void router_pick(const float *logits, int *ids, float *weights, int la
   }
 }
 
-// Entry: grid [ceil(EXPERTS / 8)], block [256]. Block b computes the logits
-// of experts 8 b .. 8 b + 7 for every row, a warp per expert (lanes over
-// HIDDEN in 8-element pieces, one fixed butterfly: a row's logit depends on
-// that row alone; with 64-lane wavefronts each takes two experts); the last
-// block to finish picks the experts of every row, a warp per row.
-template <class P>
-KF_DEVICE void moe_router_entry(const kf_bf16 *x, const kf_bf16 *w, int *ids, float *weights,
-                                float *logits, int *semaphores, int rows) {
+// The router's body: grid [ceil(EXPERTS / 8)], block [256]. Block b
+// computes the logits of experts 8 b .. 8 b + 7 for every row, a warp per
+// expert (lanes over HIDDEN in 8-element pieces, one fixed butterfly: a
+// row's logit depends on that row alone; with 64-lane wavefronts each takes
+// two experts); the last block to finish picks the experts of every row, a
+// warp per row.
+template <class P, RouterScore S>
+KF_DEVICE void moe_router_body(const kf_bf16 *x, const kf_bf16 *w, const float *bias, int *ids,
+                               float *weights, float *logits, int *semaphores, int rows) {
   constexpr int H = P::HIDDEN, E = P::EXPERTS, K = P::TOPK, W = P::W;
   static_assert(H % 8 == 0, "HIDDEN must be a multiple of 8");
   static_assert(E >= 1 && E <= kRouterMaxExperts, "at most 256 experts");
@@ -212,7 +240,24 @@ KF_DEVICE void moe_router_entry(const kf_bf16 *x, const kf_bf16 *w, int *ids, fl
   // The experts of rows warp, warp + kWarps, ...: lane l holds experts l,
   // l + warp size, ...
   for (int r = warp; r < W && r < rows; r += kWarps)
-    router_pick<P>(logits + (long long)r * E, ids + r * K, weights + r * K, lane);
+    router_pick<P, S>(logits + (long long)r * E, bias, ids + r * K, weights + r * K, lane);
+}
+
+// Entry of moe_router (softmax scores).
+template <class P>
+KF_DEVICE void moe_router_entry(const kf_bf16 *x, const kf_bf16 *w, int *ids, float *weights,
+                                float *logits, int *semaphores, int rows) {
+  moe_router_body<P, RouterScore::kSoftmax>(x, w, nullptr, ids, weights, logits, semaphores, rows);
+}
+
+// Entry of moe_router_sigmoid: sigmoid scores, the choice on score +
+// bias[e] (bias fp32 [EXPERTS]).
+template <class P>
+KF_DEVICE void moe_router_sigmoid_entry(const kf_bf16 *x, const kf_bf16 *w, const float *bias,
+                                        int *ids, float *weights, float *logits, int *semaphores,
+                                        int rows) {
+  moe_router_body<P, RouterScore::kSigmoidBiased>(x, w, bias, ids, weights, logits, semaphores,
+                                                  rows);
 }
 
 // ---- experts -----------------------------------------------------------------

@@ -501,6 +501,73 @@ template <int H, int E, int K, int W, int RENORM> void check_moe_router(int rows
   report(c);
 }
 
+// The sigmoid router (moe_router_sigmoid) against a double-precision one:
+// scores sigmoid(logit), the choice on score + bias (a bias of the scores'
+// spread, so that it changes choices), weights the chosen scores,
+// renormalised when RENORM, times SCALE. Rows whose K-th and (K+1)-th keys
+// are within 1e-3 (relative) are counted, not checked.
+template <int H, int E, int K, int W_, int RENORM_>
+struct MoeSigmoidP : MoeP<H, 16, E, K, W_, RENORM_> {
+  static constexpr float SCALE = 2.5f; // GLM-4.5's routed_scaling_factor
+};
+
+template <int H, int E, int K, int W, int RENORM> void check_moe_router_sigmoid(int rows) {
+  using P = MoeSigmoidP<H, E, K, W, RENORM>;
+  bf16 x = random_bf16(W * H), wr = random_bf16((size_t)E * H, 0.25f);
+  std::vector<float> bias(E);
+  for (auto &b : bias)
+    b = uniform() * 0.2f;
+  std::vector<int> ids(W * K, -7), sem(1, 0);
+  std::vector<float> weights(W * K, NAN), logits((size_t)W * E, NAN);
+  for (int step = 0; step < 2; ++step)
+    emu::launch({(E + 7) / 8, 1, 1}, {256, 1, 1}, [&] {
+      kf::moe_router_sigmoid_entry<P>(dev(x), dev(wr), bias.data(), ids.data(), weights.data(),
+                                      logits.data(), sem.data(), rows);
+    });
+  Check c{
+      format("moe_router_sigmoid H=%d E=%d K=%d W=%d RENORM=%d rows=%d", H, E, K, W, RENORM, rows)};
+  c.same(sem[0], 0);
+  int near_ties = 0, bias_moved = 0;
+  for (int r = 0; r < W; ++r) {
+    if (r >= rows) {
+      for (int k = 0; k < K; ++k)
+        c.same(ids[r * K + k], -7);
+      continue;
+    }
+    std::vector<double> score(E), key(E);
+    std::vector<int> order(E), by_score(E);
+    for (int e = 0; e < E; ++e) {
+      double s = 0;
+      for (int i = 0; i < H; ++i)
+        s += from_bf16(x[r * H + i]) * from_bf16(wr[(size_t)e * H + i]);
+      score[e] = 1 / (1 + exp(-s));
+      key[e] = score[e] + bias[e];
+      order[e] = by_score[e] = e;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key[a] > key[b]; });
+    std::stable_sort(by_score.begin(), by_score.end(),
+                     [&](int a, int b) { return score[a] > score[b]; });
+    if (K < E && (key[order[K - 1]] - key[order[K]]) / fabs(key[order[K - 1]]) <= 1e-3) {
+      ++near_ties;
+      continue;
+    }
+    bias_moved += !std::equal(order.begin(), order.begin() + K, by_score.begin());
+    double picked = 0;
+    for (int k = 0; k < K; ++k)
+      picked += score[order[k]];
+    for (int k = 0; k < K; ++k) {
+      c.same(ids[r * K + k], order[k]);
+      c.near(weights[r * K + k], score[order[k]] / (RENORM ? picked : 1.0) * 2.5, 1e-5);
+    }
+  }
+  // the bias must have changed some choice, or this checks no more than a
+  // router without it
+  c.same(bias_moved > 0, true);
+  if (near_ties)
+    printf("  (%d rows with a near-tie at rank %d: not checked)\n", near_ties, K);
+  report(c);
+}
+
 // A whole layer, router to combine: the output against a double-precision
 // layer over the kernel's own choice (act rounded to bf16 as the kernel
 // stores it), pad rows poisoned; then every real row alone at width 1 gives
@@ -591,10 +658,12 @@ int main(int argc, char **argv) {
     // 32 lanes)
     check_attention_invariance<64, 2, 1, 16>({1000, 530, 700, 1});
   } else if (group == "moe") {
-    check_moe_router<256, 8, 2, 4, 1>(3);   // Mixtral's routing
-    check_moe_router<512, 128, 8, 8, 1>(5); // Qwen3-MoE's: more experts than lanes
-    check_moe_router<256, 200, 4, 2, 0>(2); // no renormalisation, a part-filled block
-    check_moe<256, 256, 3, 2, 2, 1>(2);     // the whole layer; rows share experts
+    check_moe_router<256, 8, 2, 4, 1>(3);           // Mixtral's routing
+    check_moe_router<512, 128, 8, 8, 1>(5);         // Qwen3-MoE's: more experts than lanes
+    check_moe_router<256, 200, 4, 2, 0>(2);         // no renormalisation, a part-filled block
+    check_moe_router_sigmoid<512, 128, 8, 8, 1>(7); // GLM-4.5's routing
+    check_moe_router_sigmoid<256, 200, 4, 2, 0>(2); // no renormalisation, a part-filled block
+    check_moe<256, 256, 3, 2, 2, 1>(2);             // the whole layer; rows share experts
   } else {
     fprintf(stderr, "usage: emu_kernels norm|gemm|gate_up|rope|attention|moe\n");
     return 2;
