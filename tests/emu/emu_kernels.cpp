@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <string>
+#include <type_traits>
 
 namespace {
 
@@ -191,11 +192,16 @@ template <int D, int HQ, int HKV, int W_> struct RopeP {
   static constexpr float EPS = 1e-6f;
 };
 
+// partial_rope_kv_write's parameters: the first ROT values of a head rotate.
+template <int D, int HQ, int HKV, int W_, int ROT> struct PartialRopeP : RopeP<D, HQ, HKV, W_> {
+  static constexpr int ROTARY_DIM = ROT;
+};
+
 // A row's (HQ + 2 HKV) * D / 8 threads go to blocks of 256: 24, 40 or 112
 // leave the last warp short, at 32 lanes or 64; 512 and 1792 take 2 and 7
-// blocks.
-template <bool QK_NORM, int D, int HQ, int HKV, int W> void check_rope(int rows) {
-  using P = RopeP<D, HQ, HKV, W>;
+// blocks. ROT < D: partial rotary embedding (the rest of a head passes).
+template <bool QK_NORM, int D, int HQ, int HKV, int W, int ROT = D> void check_rope(int rows) {
+  using P = std::conditional_t<ROT == D, RopeP<D, HQ, HKV, W>, PartialRopeP<D, HQ, HKV, W, ROT>>;
   constexpr int S = (HQ + 2 * HKV) * D, kPages = 8;
   bf16 qkv = random_bf16(W * S), qn = random_bf16(D), kn = random_bf16(D);
   bf16 q_out(W * HQ * D, kPoison), kc((size_t)kPages * 16 * HKV * D, kPoison), vc = kc;
@@ -212,8 +218,8 @@ template <bool QK_NORM, int D, int HQ, int HKV, int W> void check_rope(int rows)
       kf::rope_kv_write_entry<P>(dev(qkv), pos.data(), slots.data(), dev(q_out), dev(kc), dev(vc),
                                  rows);
   });
-  Check c{format("%s D=%d HQ=%d HKV=%d (%d threads) rows=%d",
-                 QK_NORM ? "qknorm_rope_kv_write" : "rope_kv_write", D, HQ, HKV, S / 8, rows)};
+  Check c{format("%s D=%d ROT=%d HQ=%d HKV=%d (%d threads) rows=%d",
+                 QK_NORM ? "qknorm_rope_kv_write" : "rope_kv_write", D, ROT, HQ, HKV, S / 8, rows)};
   std::vector<bool> written(kc.size() * 2);
   for (int r = 0; r < W; ++r)
     for (int h = 0; h < HQ + 2 * HKV; ++h) {
@@ -231,11 +237,11 @@ template <bool QK_NORM, int D, int HQ, int HKV, int W> void check_rope(int rows)
       }
       o = v;
       if (!is_v)
-        for (int i = 0; i < D / 2; ++i) { // neox: rotate (i, i + D/2)
-          const float ang = (float)pos[r] * (float)pow(1e6, -2.0 * i / D);
+        for (int i = 0; i < ROT / 2; ++i) { // neox: rotate (i, i + ROT/2)
+          const float ang = (float)pos[r] * (float)pow(1e6, -2.0 * i / ROT);
           const double cs = cos((double)ang), sn = sin((double)ang);
-          o[i] = v[i] * cs - v[i + D / 2] * sn;
-          o[i + D / 2] = v[i + D / 2] * cs + v[i] * sn;
+          o[i] = v[i] * cs - v[i + ROT / 2] * sn;
+          o[i + ROT / 2] = v[i + ROT / 2] * cs + v[i] * sn;
         }
       for (int i = 0; i < D; ++i) {
         if (h < HQ) {
@@ -645,6 +651,8 @@ int main(int argc, char **argv) {
     check_rope<true, 128, 5, 1, 1>(1);
     check_rope<true, 256, 2, 1, 1>(1);
     check_rope<false, 64, 3, 1, 1>(1);
+    check_rope<false, 128, 96, 8, 2, 64>(2); // GLM-4.5-Air: half of each head rotates
+    check_rope<true, 64, 3, 1, 1, 16>(1);
   } else if (group == "attention") {
     check_attention<128, 4, 2, 4, 4>(3, {1, 17, 200, 33});
     check_attention<64, 6, 2, 8, 2>(2, {300, 16});
