@@ -11,7 +11,8 @@
 //   moe_down     for every expert some row chose: y[r, k] = act . w_down^T
 //                for each row r that chose it, k its rank in r's choice
 //   moe_combine  out[r] = sum over k = 0..TOPK-1 of weights[r, k] * y[r, k],
-//                in rank order, fp32, rounded once to bf16
+//                in rank order, fp32 (moe_combine_shared: plus the shared
+//                expert's output shared[r]), rounded once to bf16
 //
 // Weights: w_router [EXPERTS x HIDDEN]; w_gate_up [EXPERTS x 2 I x HIDDEN]
 // (per expert the merged gate rows then up rows, as the dense gate_up_proj);
@@ -329,9 +330,12 @@ KF_DEVICE void moe_down_entry(const kf_bf16 *act, const kf_bf16 *w, const int *i
   });
 }
 
-// Entry: grid [W], block [256]: row blockIdx.x.
-template <class P>
-KF_DEVICE void moe_combine_entry(const float *y, const float *weights, kf_bf16 *out, int rows) {
+// moe_combine's body: grid [W], block [256], row blockIdx.x. With a shared
+// expert (SHARED), its output shared[r] (bf16, from the dense kinds) is
+// added to the rank-order sum before the one rounding.
+template <class P, bool SHARED>
+KF_DEVICE void moe_combine_body(const float *y, const float *weights, const kf_bf16 *shared,
+                                kf_bf16 *out, int rows) {
   constexpr int H = P::HIDDEN, K = P::TOPK;
   static_assert(H % 8 == 0, "HIDDEN must be a multiple of 8");
   grid_dep_launch();
@@ -354,8 +358,29 @@ KF_DEVICE void moe_combine_entry(const float *y, const float *weights, kf_bf16 *
       for (int q = 0; q < 8; ++q)
         acc[q] = fmaf(wk[k], v[q], acc[q]);
     }
+    if constexpr (SHARED) {
+      float sh[8];
+      unpack8(load_vec(shared + (long long)r * H + c * 8), sh);
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        acc[q] += sh[q];
+    }
     store_vec(out + (long long)r * H + c * 8, pack8(acc));
   }
+}
+
+// Entry of moe_combine: grid [W], block [256]: row blockIdx.x.
+template <class P>
+KF_DEVICE void moe_combine_entry(const float *y, const float *weights, kf_bf16 *out, int rows) {
+  moe_combine_body<P, false>(y, weights, nullptr, out, rows);
+}
+
+// Entry of moe_combine_shared: as moe_combine, plus the shared expert's
+// output shared [rows x HIDDEN] bf16 (GLM-4.5's, DeepSeek-V3's).
+template <class P>
+KF_DEVICE void moe_combine_shared_entry(const float *y, const float *weights, const kf_bf16 *shared,
+                                        kf_bf16 *out, int rows) {
+  moe_combine_body<P, true>(y, weights, shared, out, rows);
 }
 
 } // namespace kf

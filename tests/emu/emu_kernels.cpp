@@ -574,6 +574,36 @@ template <int H, int E, int K, int W, int RENORM> void check_moe_router_sigmoid(
   report(c);
 }
 
+// moe_combine_shared alone: random fp32 expert outputs, weights and a bf16
+// shared-expert output against the double-precision sum (rank order, then
+// the shared output, one rounding); pad rows keep the poison.
+template <int H, int K, int W> void check_moe_combine_shared(int rows) {
+  using P = MoeP<H, 16, 8, K, W, 1>;
+  std::vector<float> y((size_t)W * K * H), weights(W * K);
+  for (auto &v : y)
+    v = uniform() * 4.f;
+  for (auto &v : weights)
+    v = uniform() * 0.5f + 0.5f;
+  bf16 shared = random_bf16((size_t)W * H, 2.f), out((size_t)W * H, kPoison);
+  emu::launch({W, 1, 1}, {256, 1, 1}, [&] {
+    kf::moe_combine_shared_entry<P>(y.data(), weights.data(), dev(shared), dev(out), rows);
+  });
+  Check c{format("moe_combine_shared H=%d K=%d W=%d rows=%d", H, K, W, rows)};
+  for (int r = 0; r < W; ++r)
+    for (int i = 0; i < H; ++i) {
+      if (r >= rows) {
+        c.same(out[r * H + i], kPoison);
+        continue;
+      }
+      double want = 0;
+      for (int k = 0; k < K; ++k)
+        want += (double)weights[r * K + k] * y[((size_t)r * K + k) * H + i];
+      want += from_bf16(shared[r * H + i]);
+      c.close(out[r * H + i], want);
+    }
+  report(c);
+}
+
 // A whole layer, router to combine: the output against a double-precision
 // layer over the kernel's own choice (act rounded to bf16 as the kernel
 // stores it), pad rows poisoned; then every real row alone at width 1 gives
@@ -671,6 +701,7 @@ int main(int argc, char **argv) {
     check_moe_router<256, 200, 4, 2, 0>(2);         // no renormalisation, a part-filled block
     check_moe_router_sigmoid<512, 128, 8, 8, 1>(7); // GLM-4.5's routing
     check_moe_router_sigmoid<256, 200, 4, 2, 0>(2); // no renormalisation, a part-filled block
+    check_moe_combine_shared<2056, 8, 4>(3);        // 2056: a part-filled last pass
     check_moe<256, 256, 3, 2, 2, 1>(2);             // the whole layer; rows share experts
   } else {
     fprintf(stderr, "usage: emu_kernels norm|gemm|gate_up|rope|attention|moe\n");
