@@ -485,12 +485,8 @@ template <int H, int E, int K, int W, int RENORM> void check_moe_router(int rows
       continue;
     }
     std::vector<double> logit(E);
-    for (int e = 0; e < E; ++e) {
-      double s = 0;
-      for (int i = 0; i < H; ++i)
-        s += from_bf16(x[r * H + i]) * from_bf16(wr[(size_t)e * H + i]);
-      logit[e] = s;
-    }
+    for (int e = 0; e < E; ++e)
+      logit[e] = dot(x, r, wr, e, H);
     int ref_ids[K];
     double ref_w[K];
     if (reference_route<E, K>(logit, RENORM, ref_ids, ref_w) <= 1e-3) {
@@ -543,10 +539,7 @@ template <int H, int E, int K, int W, int RENORM> void check_moe_router_sigmoid(
     std::vector<double> score(E), key(E);
     std::vector<int> order(E), by_score(E);
     for (int e = 0; e < E; ++e) {
-      double s = 0;
-      for (int i = 0; i < H; ++i)
-        s += from_bf16(x[r * H + i]) * from_bf16(wr[(size_t)e * H + i]);
-      score[e] = 1 / (1 + exp(-s));
+      score[e] = 1 / (1 + exp(-dot(x, r, wr, e, H)));
       key[e] = score[e] + bias[e];
       order[e] = by_score[e] = e;
     }
