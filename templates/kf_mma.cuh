@@ -25,7 +25,10 @@ namespace kf {
 // c += A * B for one m16n8k16 tile.
 KF_DEVICE void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                               uint32_t b0, uint32_t b1) {
-#if KF_USE_MMA
+#if KF_USE_MMA && defined(KF_EMU_MMA)
+  const uint32_t a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
+  emu_mma_16816(c, a, b); // tests/emu
+#elif KF_USE_MMA
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])

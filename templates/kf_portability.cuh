@@ -177,8 +177,12 @@ __device__ double __ocml_exp2_f64(double x) {
 // Templates may be built with KF_FORCE_GENERIC defined to take their portable
 // (no matrix instruction) paths on NVIDIA too, which lets the HIP code paths
 // be tested on a CUDA machine.
+// The host emulation (tests/emu) takes them with KF_EMU_MMA defined, the
+// instruction emulated lane by lane.
 #if defined(KF_FORCE_GENERIC)
 #define KF_USE_MMA 0
+#elif defined(KF_EMU_MMA)
+#define KF_USE_MMA 1
 #else
 #define KF_USE_MMA KF_HAS_MMA_BF16
 #endif // defined(KF_FORCE_GENERIC)
@@ -195,6 +199,14 @@ typedef __nv_bfloat16 kf_bf16;
 #endif // KF_VENDOR_HIP
 
 #define KF_DEVICE __device__ __forceinline__
+
+// Declares `name` as the block's dynamic shared memory (the launch's
+// shared_bytes); the host emulation (tests/emu) hands out a buffer of its own.
+#if defined(KF_EMU_WARP)
+#define KF_DYNAMIC_SMEM(name) unsigned char *const name = emu_dynamic_smem()
+#else
+#define KF_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif // defined(KF_EMU_WARP)
 
 // Threads that execute in lockstep: 32 on NVIDIA; 64 on AMD CDNA (gfx9),
 // 32 on RDNA built for wave32. Never hard-code 32 in a template.
@@ -270,7 +282,7 @@ KF_DEVICE int slot() { return (int)threadIdx.x >> slot_shift; }
 KF_DEVICE int slot_thread() { return (int)threadIdx.x & ((1 << slot_shift) - 1); }
 // The item's share of the layer kernel's dynamic shared memory.
 KF_DEVICE unsigned char *slot_smem() {
-  extern __shared__ __align__(16) unsigned char kf_layer_smem[];
+  KF_DYNAMIC_SMEM(kf_layer_smem);
   return kf_layer_smem + slot() * slot_smem_bytes;
 }
 // Split K (skinny_gemm.cuh) through global memory, kf_layer.cuh.
@@ -491,6 +503,8 @@ template <int N> KF_DEVICE void async_wait() {
 KF_DEVICE void warp_sync() {
 #if KF_ARCH_IS_NVIDIA
   __syncwarp();
+#elif defined(KF_EMU_WARP)
+  emu_warp_sync();
 #endif // KF_ARCH_IS_NVIDIA
 }
 

@@ -481,7 +481,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   float(*red)[NT][128];
   // launch.shared_bytes == gemm_dyn_smem_bytes(true, kLong, W); a launch with less
   // would write past it
-  extern __shared__ __align__(16) unsigned char kf_gemm_smem[];
+  KF_DYNAMIC_SMEM(kf_gemm_smem);
   if (dynamic_smem_bytes() < (unsigned)gemm_dyn_smem_bytes(true, kLong, W))
     __trap();
   // The activation ring, after the long path's weight ring.

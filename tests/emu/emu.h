@@ -68,14 +68,31 @@ struct Barrier {
 struct Warp {
   Barrier bar;
   float value[KF_EMU_WARP];
-  long round[KF_EMU_WARP]; // each lane's count of shuffles so far
-  int lanes;               // lanes that exist (the block's last warp may be short)
+  uint32_t frag[KF_EMU_WARP][6]; // each lane's A and B fragments (emulated mma)
+  long round[KF_EMU_WARP];       // each lane's count of shuffles so far
+  int lanes;                     // lanes that exist (the block's last warp may be short)
 };
+
+// The block's dynamic shared memory: as much as an H100 block may have,
+// filled with 0xff bytes (NaN as floats) before each block.
+constexpr size_t kDynamicSmemBytes = 227 * 1024;
+alignas(128) static unsigned char dynamic_smem[kDynamicSmemBytes];
 
 static Barrier block_bar;
 static Barrier named_bar[16]; // 1..15, each for the whole block
 static std::vector<Warp> warps;
 static long errors = 0;
+
+// A lane that does not meet the others at the same exchange: counted.
+inline bool lane_ok(const Warp &w, int from, long round, const char *what) {
+  if (from >= 0 && from < w.lanes && w.round[from] == round)
+    return true;
+  if (errors++ < 10)
+    fprintf(stderr, "emu: block (%u,%u,%u) thread %u: %s with lane %d, which %s\n", blockIdx.x,
+            blockIdx.y, blockIdx.z, threadIdx.x, what, from,
+            from < 0 || from >= w.lanes ? "does not exist" : "is at another exchange");
+  return false;
+}
 
 inline float shfl(float v, int src, bool is_xor) {
   const int lane = threadIdx.x % KF_EMU_WARP;
@@ -85,18 +102,58 @@ inline float shfl(float v, int src, bool is_xor) {
   w.round[lane] = round;
   w.bar.arrive_and_wait();
   const int from = is_xor ? (lane ^ src) : src;
-  float r = v;
-  if (from < 0 || from >= w.lanes || w.round[from] != round) {
-    if (errors++ < 10)
-      fprintf(stderr, "emu: block (%u,%u,%u) thread %u: shuffle from lane %d, which %s\n",
-              blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, from,
-              from < 0 || from >= w.lanes ? "does not exist" : "is at another shuffle");
-  } else {
-    r = w.value[from];
-  }
+  const float r = lane_ok(w, from, round, "shuffle") ? w.value[from] : v;
   w.bar.arrive_and_wait();
   return r;
 }
+
+#if defined(KF_EMU_MMA)
+// mma.sync.m16n8k16 (bf16 in, fp32 accumulation), the fragment layout of
+// templates/kf_mma.cuh: every lane leaves its fragments, then computes its
+// four accumulators from everyone's. Products of bf16 values are exact in
+// float; they are summed in double and added to c once, which is at least as
+// exact as the instruction (whose summation order PTX leaves open).
+inline void mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  static_assert(KF_EMU_WARP == 32, "the matrix instruction's layout is that of 32-lane warps");
+  const int lane = threadIdx.x % KF_EMU_WARP;
+  Warp &w = warps[threadIdx.x / KF_EMU_WARP];
+  const long round = ++fibers[current].shuffles;
+  for (int i = 0; i < 4; ++i)
+    w.frag[lane][i] = a[i];
+  w.frag[lane][4] = b[0];
+  w.frag[lane][5] = b[1];
+  w.round[lane] = round;
+  w.bar.arrive_and_wait();
+  auto bf = [](uint32_t pair, int hi) {
+    return (double)__uint_as_float(hi ? pair & 0xffff0000u : pair << 16);
+  };
+  const int g = lane >> 2, t = lane & 3;
+  double sum[4] = {};
+  bool ok = true;
+  for (int q = 0; q < 4 && ok; ++q) { // k 2q, 2q+1 and 2q+8, 2q+9 live in lanes with t == q
+    const int arow = 4 * g + q;
+    ok = lane_ok(w, arow, round, "matrix instruction");
+    for (int e = 0; e < 2 && ok; ++e) {
+      const int bcol = 4 * (2 * t + e) + q; // n = 2t + e
+      ok = lane_ok(w, bcol, round, "matrix instruction");
+      for (int h = 0; h < 2 && ok; ++h)  // the two k of a word
+        for (int kk = 0; kk < 2; ++kk) { // k 2q + h, then 2q + 8 + h
+          const double bv = bf(w.frag[bcol][4 + kk], h);
+          sum[e] += bf(w.frag[arow][2 * kk], h) * bv;         // m g
+          sum[2 + e] += bf(w.frag[arow][2 * kk + 1], h) * bv; // m g + 8
+        }
+    }
+  }
+  w.bar.arrive_and_wait();
+  if (!ok)
+    return;
+  for (int i = 0; i < 4; ++i)
+    c[i] = (float)((double)c[i] + sum[i]);
+}
+#endif // KF_EMU_MMA
+
+// __syncwarp: the warp's lanes meet.
+inline void warp_sync() { warps[threadIdx.x / KF_EMU_WARP].bar.arrive_and_wait(); }
 
 static const std::function<void()> *body_fn;
 
@@ -136,6 +193,7 @@ inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = dim3{x, y, z};
+        memset(dynamic_smem, 0xff, sizeof dynamic_smem);
         block_bar.reset((int)n);
         for (int id = 1; id < 16; ++id)
           named_bar[id].reset((int)n);
@@ -188,3 +246,10 @@ static emu::Barrier &emu_named(int id, int threads) {
 void emu_bar_arrive(int id, int threads) { (void)emu_named(id, threads).arrive(); }
 void emu_bar_sync(int id, int threads) { emu_named(id, threads).arrive_and_wait(); }
 float emu_shfl(float v, int src, bool is_xor) { return emu::shfl(v, src, is_xor); }
+void emu_warp_sync() { emu::warp_sync(); }
+unsigned char *emu_dynamic_smem() { return emu::dynamic_smem; }
+#if defined(KF_EMU_MMA)
+void emu_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  emu::mma_16816(c, a, b);
+}
+#endif // KF_EMU_MMA

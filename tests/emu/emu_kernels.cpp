@@ -1,7 +1,8 @@
 // emu_kernels.cpp: the templates' portable paths (the code HIP builds: no
 // matrix instructions, KF_WARP_SIZE lanes) run on the host by emu.h, against
 // double-precision references, with warps of KF_EMU_WARP lanes (32 as on
-// NVIDIA, 64 as on AMD CDNA). No GPU, NVIDIA or AMD, is needed, so CI checks
+// NVIDIA, 64 as on AMD CDNA); built with KF_EMU_MMA, the NVIDIA paths with
+// matrix instructions, emulated. No GPU, NVIDIA or AMD, is needed, so CI checks
 // what no machine here can run. Outputs are poisoned (0xdead) before a run;
 // pad rows must keep the poison.
 //
@@ -663,6 +664,8 @@ int main(int argc, char **argv) {
     check_gemm<16, 256, 1, 1, 0>(1);
     check_gemm<32, 512, 4, 2, 0>(4);
     check_gemm<16, 1024, 3, 4, 1>(2);
+    check_gemm<16, 1024, 3, 1, 1>(3); // deep ring, whole lines (the MMA path's long form)
+    check_gemm<16, 8192, 2, 1, 0>(2); // long by K
   } else if (group == "gate_up") {
     check_gate_up<32, 512, 4, 0, 1, 1>(3);
     check_gate_up<32, 512, 2, 1, 2, 0>(2);

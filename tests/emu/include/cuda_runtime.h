@@ -81,6 +81,9 @@ void __syncthreads();
 void emu_bar_arrive(int id, int threads); // named barriers (kf::bar_arrive)
 void emu_bar_sync(int id, int threads);
 float emu_shfl(float v, int src, bool is_xor);
+void emu_warp_sync();                                                     // kf::warp_sync
+unsigned char *emu_dynamic_smem();                                        // KF_DYNAMIC_SMEM
+void emu_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]); // KF_EMU_MMA
 inline float __shfl_xor_sync(unsigned, float v, int m) { return emu_shfl(v, m, true); }
 inline float __shfl_sync(unsigned, float v, int s) { return emu_shfl(v, s, false); }
 [[noreturn]] inline void __trap() {
