@@ -215,17 +215,31 @@ KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16
 // points at the first, HEAD_DIM apart). reset() starts a range, attend()
 // takes the next tile of it, store() leaves the range's state in part[warp].
 //
-// S^T = Q K^T runs as m16n8k16 with the heads as M (G of 16 rows used) and 8
-// tokens as N; its accumulator layout (head g, tokens 2t, 2t+1) is exactly
-// the B fragment of the next product O^T = V^T P^T (M = head-dim rows, N =
-// heads), so P never leaves registers. V^T fragments are built from 16-byte
-// row loads with byte permutes.
-template <int D, int G> struct warp_softmax_mma {
+// S^T = Q K^T runs as m16n8k16 with the heads as M and 8 tokens as N; its
+// accumulator layout (head g, tokens 2t, 2t+1) is exactly the B fragment of
+// the next product O^T = V^T P^T (M = head-dim rows, N = heads), so P never
+// leaves registers. V^T fragments are built from 16-byte row loads with byte
+// permutes. Up to 8 heads use rows g of the score tile (rows g + 8 are
+// zeros); 9 to 16 heads (GLM-4.5's 12) use rows g + 8 for heads 8 and up,
+// which take their own softmax state and a second O^T product per tile
+// (the "hi" members below, unused for G <= 8).
+// The hi set's state (below): nothing where G <= 8, so that those kernels'
+// state is what it was before the hi set existed (a member left unused
+// still changed the code ptxas made for them).
+template <int D, bool HI> struct mma_hi_heads {};
+template <int D> struct mma_hi_heads<D, true> {
+  uint32_t qa_hi[D / 32][2][2]; // Q rows g + 8: heads 8 + g < G
+  float m_hi, l_hi;
+  float o_hi[D / 16][4];
+};
+
+template <int D, int G> struct warp_softmax_mma : mma_hi_heads<D, (G > 8)> {
   static_assert(D % 64 == 0, "HEAD_DIM must be a multiple of 64");
-  static_assert(G >= 1 && G <= 8, "at most 8 query heads per kv head");
+  static_assert(G >= 1 && G <= 16, "at most 16 query heads per kv head");
   static constexpr int KJ = D / 32; // 16-byte K loads per token row per lane
   static constexpr int VH = D / 64; // 16-byte V loads per token per lane
   static constexpr int MT = D / 16; // O^T m-tiles
+  static constexpr bool kHi = G > 8;
 
   uint32_t qa[KJ][2][2]; // Q as the A operand: rows g < G are heads, the rest zero
   float m_run, l_run;
@@ -241,7 +255,24 @@ template <int D, int G> struct warp_softmax_mma {
         qa[j][hf][0] = qv.w[2 * hf];
         qa[j][hf][1] = qv.w[2 * hf + 1];
       }
+      if constexpr (kHi) {
+        const vec8 qh =
+            g + 8 < G ? load_vec(q_head0 + (long long)(g + 8) * D + 32 * j + 8 * t) : zero_vec();
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          this->qa_hi[j][hf][0] = qh.w[2 * hf];
+          this->qa_hi[j][hf][1] = qh.w[2 * hf + 1];
+        }
+      }
     }
+  }
+
+  // Q rows g + 8 as the A operand: zeros where G <= 8.
+  KF_DEVICE uint32_t q_hi(int j, int hf, int i) const {
+    if constexpr (kHi)
+      return this->qa_hi[j][hf][i];
+    else
+      return 0u;
   }
 
   KF_DEVICE void reset() {
@@ -250,6 +281,61 @@ template <int D, int G> struct warp_softmax_mma {
 #pragma unroll
     for (int i = 0; i < MT; ++i)
       o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    if constexpr (kHi) {
+      this->m_hi = -INFINITY;
+      this->l_hi = 0.f;
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+        this->o_hi[i][0] = this->o_hi[i][1] = this->o_hi[i][2] = this->o_hi[i][3] = 0.f;
+    }
+  }
+
+  // One head's softmax step over the tile: sc[nt][e0 + e] is its score for
+  // token tok0 + 8 nt + 2t + e. Updates m and l, leaves the weights in p and
+  // returns the factor that rescales the head's earlier output. (Heads 8 and
+  // up; attend() spells out the same steps for heads 0 to 7.)
+  KF_DEVICE static float softmax_step(const float (&sc)[2][4], int e0, int tok0, int len,
+                                      float scale_log2, int t, float &m, float &l,
+                                      float (&p)[2][2]) {
+    float x[2][2];
+    float tmax = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int tok = tok0 + 8 * nt + 2 * t + e;
+        x[nt][e] = tok < len ? sc[nt][e0 + e] * scale_log2 : -INFINITY;
+        tmax = fmaxf(tmax, x[nt][e]);
+      }
+    }
+    tmax = group_max<4>(tmax);
+    const float m_new = fmaxf(m, tmax); // finite: token tok0 is always real
+    const float corr = exp2f(m - m_new);
+    float psum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        p[nt][e] = exp2f(x[nt][e] - m_new);
+        psum += p[nt][e];
+      }
+    }
+    l = l * corr + psum;
+    m = m_new;
+    return corr;
+  }
+
+  // O^T columns are heads 2t and 2t+1 (of the set), whose factors live in
+  // lanes 8t, 8t+4.
+  KF_DEVICE static void rescale(float (&out)[MT][4], float corr, int t) {
+    const float c0 = shfl(corr, 8 * t), c1 = shfl(corr, 8 * t + 4);
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      out[i][0] *= c0;
+      out[i][1] *= c1;
+      out[i][2] *= c0;
+      out[i][3] *= c1;
+    }
   }
 
   // The tile of tokens tok0 .. tok0 + 15 (those >= len masked).
@@ -258,10 +344,11 @@ template <int D, int G> struct warp_softmax_mma {
     const vec8(&kv)[2][KJ] = cur.k;
     const vec8(&vv)[4][VH] = cur.v;
 
-    // Scores: sc[nt][e] is head g, token tok0 + 8 nt + 2t + e. Each is
-    // summed in two independent chains of matrix instructions (hf: the first
-    // and the last four of a lane's eight head dims of every 32), added at
-    // the end: half the dependent latency.
+    // Scores: sc[nt][e] is head g (e < 2; head g + 8 for e >= 2), token
+    // tok0 + 8 nt + 2t + e % 2. Each is summed in two independent chains of
+    // matrix instructions (hf: the first and the last four of a lane's
+    // eight head dims of every 32), added at the end: half the dependent
+    // latency.
     float sc[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -270,13 +357,16 @@ template <int D, int G> struct warp_softmax_mma {
       for (int j = 0; j < KJ; ++j) {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf)
-          mma_bf16_16816(half[hf], qa[j][hf][0], 0u, qa[j][hf][1], 0u, kv[nt][j].w[2 * hf],
-                         kv[nt][j].w[2 * hf + 1]);
+          mma_bf16_16816(half[hf], qa[j][hf][0], q_hi(j, hf, 0), qa[j][hf][1], q_hi(j, hf, 1),
+                         kv[nt][j].w[2 * hf], kv[nt][j].w[2 * hf + 1]);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         sc[nt][e] = half[0][e] + half[1][e];
     }
+    // Heads g: softmax_step's arithmetic, spelled out here because the call
+    // changed the code ptxas made for G = 2 at widths 2 to 8 (the same
+    // values, another schedule, on kernels that ship measured).
     float x[2][2];
     float tmax = -INFINITY;
 #pragma unroll
@@ -291,7 +381,7 @@ template <int D, int G> struct warp_softmax_mma {
     tmax = group_max<4>(tmax);
     const float m_new = fmaxf(m_run, tmax); // finite: token tok0 is always real
     const float corr = exp2f(m_run - m_new);
-    float p[2][2], psum = 0.f;
+    float p[2][2], psum = 0.f, p_hi[2][2];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
@@ -302,17 +392,17 @@ template <int D, int G> struct warp_softmax_mma {
     }
     l_run = l_run * corr + psum;
     m_run = m_new;
-    // O^T columns are heads 2t and 2t+1, whose factors live in lanes 8t, 8t+4.
-    const float c0 = shfl(corr, 8 * t), c1 = shfl(corr, 8 * t + 4);
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      o[i][0] *= c0;
-      o[i][1] *= c1;
-      o[i][2] *= c0;
-      o[i][3] *= c1;
-    }
+    rescale(o, corr, t);
+    if constexpr (kHi)
+      rescale(this->o_hi,
+              softmax_step(sc, 2, tok0, len, scale_log2, t, this->m_hi, this->l_hi, p_hi), t);
     const uint32_t b0 = pack_bf16x2(p[0][0], p[0][1]);
     const uint32_t b1 = pack_bf16x2(p[1][0], p[1][1]);
+    [[maybe_unused]] uint32_t bh0 = 0, bh1 = 0;
+    if constexpr (kHi) {
+      bh0 = pack_bf16x2(p_hi[0][0], p_hi[0][1]);
+      bh1 = pack_bf16x2(p_hi[1][0], p_hi[1][1]);
+    }
 #pragma unroll
     for (int hh = 0; hh < VH; ++hh) {
 #pragma unroll
@@ -323,6 +413,32 @@ template <int D, int G> struct warp_softmax_mma {
         const uint32_t a2 = interleave_bf16(vv[2][hh].w[pp], vv[3][hh].w[pp], false);
         const uint32_t a3 = interleave_bf16(vv[2][hh].w[pp], vv[3][hh].w[pp], true);
         mma_bf16_16816(o[hh * 4 + pp], a0, a1, a2, a3, b0, b1);
+        if constexpr (kHi)
+          mma_bf16_16816(this->o_hi[hh * 4 + pp], a0, a1, a2, a3, bh0, bh1);
+      }
+    }
+  }
+
+  // Heads h0 + 2t, h0 + 2t + 1 of out (the lo or the hi set) into part.
+  template <int NW>
+  KF_DEVICE static void store_set(attn_partials<G, D, NW> &part, const float (&out)[MT][4], int h0,
+                                  int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    // The lane holds dims 64 hh + 8 g + 0..7 of heads 2t (c[0], c[2] of
+    // each pp) and 2t + 1 (c[1], c[3]).
+#pragma unroll
+    for (int hh = 0; hh < VH; ++hh) {
+      const int d = 64 * hh + 8 * g;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int h = h0 + 2 * t + e;
+        if (h < G) {
+          const float *c0 = out[hh * 4], *c1 = out[hh * 4 + 1], *c2 = out[hh * 4 + 2],
+                      *c3 = out[hh * 4 + 3];
+          float4 *dst = reinterpret_cast<float4 *>(&part.o[warp][h][d]);
+          dst[0] = make_float4(c0[e], c0[e + 2], c1[e], c1[e + 2]);
+          dst[1] = make_float4(c2[e], c2[e + 2], c3[e], c3[e + 2]);
+        }
       }
     }
   }
@@ -334,22 +450,14 @@ template <int D, int G> struct warp_softmax_mma {
       part.m[warp][g] = m_run;
       part.l[warp][g] = l_sum;
     }
-    // The lane holds dims 64 hh + 8 g + 0..7 of heads 2t (c[0], c[2] of
-    // each pp) and 2t + 1 (c[1], c[3]).
-#pragma unroll
-    for (int hh = 0; hh < VH; ++hh) {
-      const int d = 64 * hh + 8 * g;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int h = 2 * t + e;
-        if (h < G) {
-          const float *c0 = o[hh * 4], *c1 = o[hh * 4 + 1], *c2 = o[hh * 4 + 2],
-                      *c3 = o[hh * 4 + 3];
-          float4 *dst = reinterpret_cast<float4 *>(&part.o[warp][h][d]);
-          dst[0] = make_float4(c0[e], c0[e + 2], c1[e], c1[e + 2]);
-          dst[1] = make_float4(c2[e], c2[e + 2], c3[e], c3[e + 2]);
-        }
+    store_set(part, o, 0, warp, lane);
+    if constexpr (kHi) {
+      const float l_sum_hi = group_sum<4>(this->l_hi);
+      if (t == 0 && g + 8 < G) {
+        part.m[warp][g + 8] = this->m_hi;
+        part.l[warp][g + 8] = l_sum_hi;
       }
+      store_set(part, this->o_hi, 8, warp, lane);
     }
   }
 };

@@ -691,6 +691,9 @@ int main(int argc, char **argv) {
     // for some warps (530), blocks that flush their 4 slots twice (width 8,
     // 32 lanes)
     check_attention_invariance<64, 2, 1, 16>({1000, 530, 700, 1});
+    // 12 query heads per kv head (GLM-4.5-Air): the matrix path's second
+    // set of heads
+    check_attention<128, 24, 2, 8, 2>(2, {500, 21});
   } else if (group == "moe") {
     check_moe_router<256, 8, 2, 4, 1>(3);           // Mixtral's routing
     check_moe_router<512, 128, 8, 8, 1>(5);         // Qwen3-MoE's: more experts than lanes
