@@ -465,19 +465,32 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   const int lane = lane_id(), warp = warp_id();
 #if KF_USE_MMA
   constexpr int kWarps = THREADS / 32;
-  static_assert(KL % (32 * kWarps) == 0, "K / KSPLIT must be a multiple of 32 * warps per block");
+  // The warps sweep the first KM of each slice (a multiple of 32 * warps);
+  // the tail past it, KT < 32 * warps, is one 32-k step each for its first
+  // KT / 32 warps, after their sweep (gemm_tail). GLM-4.5's 1408 and 10944
+  // have tails; the shipped models' K have none.
+  static_assert(KL % 32 == 0, "K / KSPLIT must be a multiple of 32");
+  constexpr int KM = KL / (32 * kWarps) * (32 * kWarps), KT = KL - KM;
+  static_assert(KM > 0, "K / KSPLIT must be at least 32 * warps per block");
   constexpr bool kLong = gemm_long(KL, DEEP);
   constexpr int kInFlight = kLong ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT;
   constexpr int kUnroll = kInFlight / NT > 0 ? kInFlight / NT : 1;
   // The line ring holds the same bytes as the fragment ring: slots of 2 KB
   // per warp, half as many as 1 KB fragment steps.
-  constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && KL % (64 * kWarps) == 0;
+  constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && KM % (64 * kWarps) == 0;
   constexpr int kLineSlots = gemm_line_slots(kLong);        // also what sizes the activation ring
-  [[maybe_unused]] constexpr int kSteps = KL / 32 / kWarps; // register path (KF_GEMM_ASYNC 0)
+  [[maybe_unused]] constexpr int kSteps = KM / 32 / kWarps; // register path (KF_GEMM_ASYNC 0)
   float acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i)
     acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  // The tail's step for this warp (none past KT / 32) into acc, in the same
+  // order whatever W and rows are.
+  auto gemm_tail = [&](const kf_bf16 *ws, const kf_bf16 *xs) {
+    if constexpr (KT > 0)
+      warp_gemm_tiles<NT, 1, W>(acc, ws, lo, hi, K, xs, K, rows, KM + 32 * warp,
+                                warp < KT / 32 ? 1 : 0, lane);
+  };
   float(*red)[NT][128];
   // launch.shared_bytes == gemm_dyn_smem_bytes(true, kLong, W); a launch with less
   // would write past it
@@ -507,16 +520,17 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
       vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
       if constexpr (kLines) {
         static_assert(kWarps * kLineSlots * 128 * 16 <= 65536, "line ring exceeds shared_bytes");
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
+        warp_gemm_tiles_lines<KM, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
             acc, ws, lo, hi, xs, rows, ring, xring, warp, lane, rot_at);
       } else {
-        warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
+        warp_gemm_tiles_async<KM, K, NT, kUnroll, kWarps, THREADS, W, true, HALVES>(
             acc, ws, lo, hi, xs, rows, ring, warp, lane);
       }
 #else
       warp_gemm_tiles<NT, kUnroll, W>(acc, ws, lo, hi, K, xs, K, rows, warp * kSteps * 32, kSteps,
                                       lane);
 #endif // KF_GEMM_ASYNC
+      gemm_tail(ws, xs);
     }
     __syncthreads(); // every warp is done with the ring before it is reused
     red = reinterpret_cast<float(*)[NT][128]>(kf_gemm_smem);
@@ -537,7 +551,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #else
         __shared__ vec8 ring[kWarps * kLineSlots * 128];
 #endif // KF_MONO
-        warp_gemm_tiles_lines<KL, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
+        warp_gemm_tiles_lines<KM, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
             acc, ws, lo, hi, xs, rows, ring, xring, warp, lane, rot_at);
       } else {
 #if KF_MONO
@@ -546,13 +560,14 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
 #else
         __shared__ vec8 ring[kUnroll * NT * 2 * THREADS];
 #endif // KF_MONO
-        warp_gemm_tiles_async<KL, K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(
+        warp_gemm_tiles_async<KM, K, NT, kUnroll, kWarps, THREADS, W, false, HALVES>(
             acc, ws, lo, hi, xs, rows, ring, warp, lane);
       }
 #else
       warp_gemm_tiles<NT, kUnroll, W>(acc, ws, lo, hi, K, xs, K, rows, warp * kSteps * 32, kSteps,
                                       lane);
 #endif // KF_GEMM_ASYNC
+      gemm_tail(ws, xs);
     }
     red = red_short;
   }

@@ -664,8 +664,11 @@ int main(int argc, char **argv) {
     check_gemm<16, 256, 1, 1, 0>(1);
     check_gemm<32, 512, 4, 2, 0>(4);
     check_gemm<16, 1024, 3, 4, 1>(2);
-    check_gemm<16, 1024, 3, 1, 1>(3); // deep ring, whole lines (the MMA path's long form)
-    check_gemm<16, 8192, 2, 1, 0>(2); // long by K
+    check_gemm<16, 1024, 3, 1, 1>(3);  // deep ring, whole lines (the MMA path's long form)
+    check_gemm<16, 8192, 2, 1, 0>(2);  // long by K
+    check_gemm<16, 1408, 3, 1, 0>(3);  // GLM-4.5's expert K: a tail past 5 x 256
+    check_gemm<32, 1408, 2, 2, 0>(2);  // the tail of each slice
+    check_gemm<16, 10944, 2, 1, 0>(1); // GLM-4.5's dense down_proj: long, with a tail
   } else if (group == "gate_up") {
     check_gate_up<32, 512, 4, 0, 1, 1>(3);
     check_gate_up<32, 512, 2, 1, 2, 0>(2);
