@@ -132,6 +132,19 @@ char *kf_manifest_text(const kf_manifest *m) {
   cJSON_AddStringToObject(root, "backend", m->backend);
   if (m->description)
     cJSON_AddStringToObject(root, "description", m->description);
+  if (m->nlayer_types) {
+    cJSON *lts = cJSON_AddArrayToObject(root, "layer_types");
+    for (size_t i = 0; i < m->nlayer_types; i++) {
+      const kf_manifest_layer_type *t = &m->layer_types[i];
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "name", t->name);
+      cJSON_AddNumberToObject(o, "count", (double)t->count);
+      cJSON *ks = cJSON_AddArrayToObject(o, "kinds");
+      for (size_t k = 0; k < t->kinds.n; k++)
+        cJSON_AddItemToArray(ks, cJSON_CreateString(t->kinds.v[k]));
+      cJSON_AddItemToArray(lts, o);
+    }
+  }
   /* one parameter list per kind (all its kernels share the template's
    * arguments): a manifest of hundreds of kernels stays quick to parse */
   cJSON *sigs = cJSON_AddObjectToObject(root, "signatures");
@@ -189,6 +202,17 @@ static void load_launch(const cJSON *l, kf_manifest_launch *out) {
   out->one_wave = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "one_wave"));
   out->cooperative = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "cooperative"));
   out->persistent = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "persistent"));
+}
+
+void kf_manifest_add_layer_type(kf_manifest *m, const char *name, int64_t count,
+                                const kf_strv *kinds) {
+  m->layer_types = kf_xpush(m->layer_types, m->nlayer_types, sizeof *m->layer_types);
+  kf_manifest_layer_type *t = &m->layer_types[m->nlayer_types++];
+  memset(t, 0, sizeof *t);
+  t->name = kf_xstrdup(name);
+  t->count = count;
+  for (size_t i = 0; i < kinds->n; i++)
+    kf_strv_push(&t->kinds, kinds->v[i]);
 }
 
 void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t bytes, int zero_once) {
@@ -311,5 +335,10 @@ void kf_manifest_free(kf_manifest *m) {
     free(k->buffers);
   }
   free(m->kernels);
+  for (size_t i = 0; i < m->nlayer_types; i++) {
+    free(m->layer_types[i].name);
+    kf_strv_free(&m->layer_types[i].kinds);
+  }
+  free(m->layer_types);
   memset(m, 0, sizeof *m);
 }

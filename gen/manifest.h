@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h"
+
 typedef struct {
   char *name;
   char *type; /* C spelling */
@@ -61,6 +63,14 @@ typedef struct {
   size_t nbuffers;
 } kf_manifest_kernel;
 
+/* "layer_types": count consecutive layers that run kinds, in order (the
+ * family's, model.h). */
+typedef struct {
+  char *name;
+  int64_t count;
+  kf_strv kinds;
+} kf_manifest_layer_type;
+
 typedef struct {
   char *generator; /* "kforge <version>" */
   char *model;
@@ -72,6 +82,8 @@ typedef struct {
   size_t nsignatures;
   kf_manifest_kernel *kernels;
   size_t nkernels;
+  kf_manifest_layer_type *layer_types; /* written only where there are some */
+  size_t nlayer_types;
 } kf_manifest;
 
 /* Building one for writing: every string is copied. */
@@ -86,6 +98,10 @@ void kf_manifest_add_param(kf_manifest_signature *s, const char *name, const cha
 kf_manifest_kernel *kf_manifest_add_kernel(kf_manifest *m, const char *id, const char *kind,
                                            int width, const char *key, const char *object_name,
                                            const char *checksum, int64_t size, const char *symbol);
+
+/* Appends a layer type (strings copied). */
+void kf_manifest_add_layer_type(kf_manifest *m, const char *name, int64_t count,
+                                const kf_strv *kinds);
 
 /* Appends a buffer to k (arg copied). */
 void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t bytes, int zero_once);

@@ -339,8 +339,8 @@ static int load_family(loader *L, const kf_model *m, const char *name, family *f
     L->errors++;
     return -1;
   }
-  static const char *const members[] = {
-      "family", "shape_fields", "optional_fields", "kernels", "description", "layers", NULL};
+  static const char *const members[] = {"family",      "shape_fields", "optional_fields", "kernels",
+                                        "description", "layers",       "layer_types",     NULL};
   int errors = 0;
   if (!cJSON_IsObject(f->root)) {
     kf_error(f->path, "", "a family preset must be a JSON object");
@@ -936,6 +936,83 @@ static void parse_layers(loader *L, kf_model *m, const family *fam) {
     parse_layer(L, m, fam->path, cJSON_GetArrayItem(ls, i), i);
 }
 
+/* The family's "layer_types": which kinds each layer of the model runs,
+ * where its layers differ (GLM-4.5: first_k_dense_replace dense layers, then
+ * mixtures of experts). [{"name": N, "count": EXPR over the shape, "kinds":
+ * [kinds, in order]}], the entries covering consecutive layers in order. */
+static void parse_layer_types(loader *L, kf_model *m, const family *fam) {
+  const cJSON *lt = fam->root ? cJSON_GetObjectItemCaseSensitive(fam->root, "layer_types") : NULL;
+  if (!lt)
+    return;
+  if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) < 1) {
+    kf_error(fam->path, "layer_types",
+             "must be a non-empty array of {\"name\", \"count\", \"kinds\"}");
+    L->errors++;
+    return;
+  }
+  static const char *const members[] = {"name", "count", "kinds", "description", NULL};
+  m->layer_types = kf_xcalloc((size_t)cJSON_GetArraySize(lt), sizeof *m->layer_types);
+  int i = 0;
+  for (const cJSON *e = lt->child; e; e = e->next, i++) {
+    char *p = kf_xasprintf("layer_types[%d]", i);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    const cJSON *count = cJSON_GetObjectItemCaseSensitive(e, "count");
+    const cJSON *kinds = cJSON_GetObjectItemCaseSensitive(e, "kinds");
+    if (!cJSON_IsObject(e) || kf_json_check_members(fam->path, p, e, members) ||
+        !cJSON_IsString(name) || !valid_name(name->valuestring, 0) ||
+        !(cJSON_IsString(count) || cJSON_IsNumber(count)) || !cJSON_IsArray(kinds) ||
+        cJSON_GetArraySize(kinds) < 1) {
+      kf_error(fam->path, p,
+               "must be {\"name\": NAME ([a-z0-9_-]), \"count\": layers (an expression over "
+               "the shape), \"kinds\": [kinds, in order]}");
+      L->errors++;
+      free(p);
+      continue;
+    }
+    kf_layer_type *t = &m->layer_types[m->nlayer_types++];
+    t->name = kf_xstrdup(name->valuestring);
+    for (size_t j = 0; j + 1 < m->nlayer_types; j++)
+      if (!strcmp(m->layer_types[j].name, t->name)) {
+        kf_error(fam->path, p, "name \"%s\" repeats layer_types[%zu]", t->name, j);
+        L->errors++;
+      }
+    value_place vp = {m, fam->path, p, L->shape, NULL};
+    kf_value v;
+    char err[256];
+    if (cJSON_IsNumber(count)) {
+      v.is_float = count->valuedouble != floor(count->valuedouble);
+      v.i = (int64_t)count->valuedouble;
+      v.f = count->valuedouble;
+    } else if (kf_expr_eval(count->valuestring, shape_lookup, &vp, &v, err, sizeof err) != 0) {
+      kf_error(fam->path, p, "count: %s", err);
+      L->errors++;
+      free(p);
+      continue;
+    }
+    double d = kf_value_as_double(v);
+    if (d != floor(d) || d < 0 || d > 1e6) {
+      char got[64];
+      kf_value_format(v, got, sizeof got);
+      value_error(L, &vp, "count must be a whole number of layers, 0 or more, got %s", got);
+    }
+    t->count = (int64_t)d;
+    int j = 0;
+    for (const cJSON *k = kinds->child; k; k = k->next, j++) {
+      int known = 0;
+      for (size_t q = 0; cJSON_IsString(k) && q < m->nkernels; q++)
+        known |= !strcmp(m->kernels[q].kind, k->valuestring);
+      if (!known) {
+        kf_error(fam->path, p, "kinds[%d]: %s is not a kernel kind of the model", j,
+                 cJSON_IsString(k) ? k->valuestring : "(not a string)");
+        L->errors++;
+      } else {
+        kf_strv_push(&t->kinds, k->valuestring);
+      }
+    }
+    free(p);
+  }
+}
+
 /* ---- model-level rules ---- */
 
 /* The element types the templates implement: their arguments are kf_bf16
@@ -1105,6 +1182,8 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
   }
   if (!L.errors)
     parse_layers(&L, m, &fam);
+  if (!L.errors)
+    parse_layer_types(&L, m, &fam);
   if (fam.root)
     cJSON_Delete(fam.root);
   free(fam.path);
@@ -1129,6 +1208,11 @@ void kf_model_free(kf_model *m) {
     kf_template_free(m->templates[i]);
   free(m->templates);
   free(m->kernels);
+  for (size_t i = 0; i < m->nlayer_types; i++) {
+    free(m->layer_types[i].name);
+    kf_strv_free(&m->layer_types[i].kinds);
+  }
+  free(m->layer_types);
   free(m->path);
   free(m->dir);
   free(m->name);

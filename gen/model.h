@@ -16,6 +16,14 @@ typedef struct {
   char *str;
 } kf_shape_field;
 
+/* One entry of a family's "layer_types": `count` consecutive layers (after
+ * those of the entries before) that run `kinds`, in that order. */
+typedef struct {
+  char *name;
+  int64_t count;
+  kf_strv kinds;
+} kf_layer_type;
+
 typedef struct {
   char *path; /* as given on the command line */
   char *dir;  /* absolute directory of the description */
@@ -32,7 +40,9 @@ typedef struct {
   kf_strv template_dirs;          /* absolute, searched before the built-in ones */
   struct kf_template **templates; /* schemas the kernels point into (owned) */
   size_t ntemplates;
-  kf_limits_spec limits; /* the description's "limits" (resources.h) */
+  kf_limits_spec limits;      /* the description's "limits" (resources.h) */
+  kf_layer_type *layer_types; /* the family's "layer_types" (none: every layer alike) */
+  size_t nlayer_types;
 } kf_model;
 
 /* Where templates and families come from, and command-line overrides. */

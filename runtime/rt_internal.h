@@ -190,11 +190,21 @@ typedef struct rt_sig {
   rt_param *params;
 } rt_sig;
 
+/* One of "layer_types": count consecutive layers that run kinds, in order. */
+typedef struct rt_layer_type {
+  char *name;
+  int count;
+  int nkinds;
+  char **kinds;
+} rt_layer_type;
+
 typedef struct rt_manifest {
   int format;
   char *model, *arch;
   char *description; /* the description it was built from (absolute); NULL: not recorded */
   kf_backend backend;
+  int nlayer_types; /* "layer_types"; 0: every layer runs the same kinds */
+  rt_layer_type *layer_types;
   int nsigs;
   rt_sig *sigs;
   int nkernels;      /* entries in "kernels" */

@@ -162,6 +162,13 @@ void rt_manifest_free(rt_manifest *m) {
     free(m->sigs[i].kind);
   }
   free(m->sigs);
+  for (int i = 0; i < m->nlayer_types; i++) {
+    for (int k = 0; k < m->layer_types[i].nkinds; k++)
+      free(m->layer_types[i].kinds[k]);
+    free(m->layer_types[i].kinds);
+    free(m->layer_types[i].name);
+  }
+  free(m->layer_types);
   free(m->model);
   free(m->arch);
   free(m->description);
@@ -561,6 +568,70 @@ static kf_status malformed(const char *path, const char *text, size_t len, const
                     line, col);
 }
 
+/* "layer_types" (optional): [{"name", "count", "kinds": [kinds, in order]}];
+ * that every kind has kernels is checked once they are all parsed
+ * (check_layer_kinds). */
+static kf_status parse_layer_types(parse_ctx *c, const cJSON *lts, rt_manifest *m) {
+  kf_status st = KF_OK;
+  int n = cJSON_GetArraySize(lts);
+  if (!cJSON_IsArray(lts) || n < 1)
+    return bad(c, "layer_types", "must be a non-empty array");
+  if (!(m->layer_types = calloc((size_t)n, sizeof *m->layer_types)))
+    return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  int i = 0;
+  for (const cJSON *e = lts->child; e; e = e->next, i++) {
+    rt_layer_type *t = &m->layer_types[m->nlayer_types++];
+    char key[64];
+    snprintf(key, sizeof key, "layer_types[%d]", i);
+    if (!cJSON_IsObject(e))
+      return bad(c, key, "must be an object");
+    const char *name;
+    long long count;
+    snprintf(key, sizeof key, "layer_types[%d].name", i);
+    if (!(name = get_string(c, e, "name", &st)))
+      return bad(c, key, "must be a non-empty string");
+    if (!(t->name = dup(name)))
+      return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+    snprintf(key, sizeof key, "layer_types[%d].count", i);
+    if (get_int(c, cJSON_GetObjectItemCaseSensitive(e, "count"), key, 0, 1000000.0, &count, &st))
+      return st;
+    t->count = (int)count;
+    const cJSON *kinds = cJSON_GetObjectItemCaseSensitive(e, "kinds");
+    int nk = cJSON_GetArraySize(kinds);
+    snprintf(key, sizeof key, "layer_types[%d].kinds", i);
+    if (!cJSON_IsArray(kinds) || nk < 1)
+      return bad(c, key, kinds ? "must be a non-empty array of kinds" : "missing");
+    if (!(t->kinds = calloc((size_t)nk, sizeof *t->kinds)))
+      return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+    for (const cJSON *k = kinds->child; k; k = k->next) {
+      if (!cJSON_IsString(k) || !valid_kind(k->valuestring)) {
+        snprintf(key, sizeof key, "layer_types[%d].kinds[%d]", i, t->nkinds);
+        return bad(c, key, "must be a kind name ([a-z0-9_])");
+      }
+      if (!(t->kinds[t->nkinds++] = dup(k->valuestring)))
+        return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+    }
+  }
+  return KF_OK;
+}
+
+/* Every kind a layer type names has kernels in the manifest. */
+static kf_status check_layer_kinds(parse_ctx *c, const rt_manifest *m) {
+  for (int i = 0; i < m->nlayer_types; i++)
+    for (int k = 0; k < m->layer_types[i].nkinds; k++) {
+      const char *kind = m->layer_types[i].kinds[k];
+      int found = 0;
+      for (int j = 0; j < m->nkernels && !found; j++)
+        found = m->kernels[j].kind && strcmp(m->kernels[j].kind, kind) == 0;
+      if (!found) {
+        char key[64];
+        snprintf(key, sizeof key, "layer_types[%d].kinds[%d]", i, k);
+        return bad(c, key, "'%s' has no kernel in the manifest", kind);
+      }
+    }
+  return KF_OK;
+}
+
 /* Everything but the kernels' entries (and "signatures" when they wait for
  * rt_manifest_signatures); *kernels is the "kernels" array. */
 static kf_status parse_header(parse_ctx *c, const cJSON *root, rt_manifest *m,
@@ -606,6 +677,10 @@ static kf_status parse_header(parse_ctx *c, const cJSON *root, rt_manifest *m,
     if (!(m->description = dup(d)))
       return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
   }
+
+  const cJSON *lts = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+  if (lts && (st = parse_layer_types(c, lts, m)) != KF_OK)
+    return st;
 
   if (!m->sigs_end &&
       (st = parse_signatures(c, cJSON_GetObjectItemCaseSensitive(root, "signatures"), m)) != KF_OK)
@@ -830,6 +905,8 @@ kf_status rt_manifest_finish(rt_manifest *m, rt_err *err) {
     st = rt_manifest_signatures(m, err);
   if (st == KF_OK)
     st = check_buffers(&c, m);
+  if (st == KF_OK)
+    st = check_layer_kinds(&c, m);
   if (st == KF_OK && (st = check_ids(&c, m)) == KF_OK) {
     /* nothing refers to the text: entries copy what they keep */
     free(m->text);

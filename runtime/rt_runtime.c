@@ -565,6 +565,33 @@ const char *kf_runtime_model(const kf_runtime *rt) { return rt ? rt->manifest.mo
 
 int kf_runtime_kernel_count(const kf_runtime *rt) { return rt ? rt->nkernels : 0; }
 
+int kf_runtime_layer_type_count(const kf_runtime *rt) { return rt ? rt->manifest.nlayer_types : 0; }
+
+kf_status kf_runtime_layer_type(kf_runtime *rt, int i, const char **name, int *count,
+                                const char *const **kinds, int *nkinds) {
+  rt_err err;
+  if (!rt) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT, "kf_runtime_layer_type: rt must not be NULL");
+    return rt_tls_record(&err);
+  }
+  if (i < 0 || i >= rt->manifest.nlayer_types) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT,
+               "kf_runtime_layer_type: index %d out of range: %d layer types", i,
+               rt->manifest.nlayer_types);
+    return rt_slot_record(&rt->err, &err);
+  }
+  const rt_layer_type *t = &rt->manifest.layer_types[i];
+  if (name)
+    *name = t->name;
+  if (count)
+    *count = t->count;
+  if (kinds)
+    *kinds = (const char *const *)t->kinds;
+  if (nkinds)
+    *nkinds = t->nkinds;
+  return KF_OK;
+}
+
 kf_status kf_runtime_kernel(kf_runtime *rt, int i, kf_kernel **kernel) {
   rt_err err;
   if (kernel)

@@ -8,7 +8,9 @@ them (a ctypes binding of libkforge_rt; no compiled extension).
 kforge.Error carries the runtime's reason and .status; kforge.NoKernelError
 (a subclass) means rows exceed the largest width: use the fallback path."""
 from ._lib import path as library_path
-from .runtime import Buffer, Error, Kernel, NoKernelError, Runtime, Status
+from .runtime import Buffer, Error, Kernel, LayerType, NoKernelError, Runtime, Status
 
-__all__ = ["Buffer", "Error", "Kernel", "NoKernelError", "Runtime", "Status", "library_path"]
+__all__ = [
+    "Buffer", "Error", "Kernel", "LayerType", "NoKernelError", "Runtime", "Status", "library_path"
+]
 __version__ = "0.1.0"

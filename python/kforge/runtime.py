@@ -107,6 +107,34 @@ class Runtime:
         self.device_arch = lib.kf_runtime_device_arch(self._h).decode()
         self.model = lib.kf_runtime_model(self._h).decode()
         self.backend = _BACKEND_NAMES[lib.kf_runtime_backend(self._h)]
+        self.layer_types = self._layer_types()
+
+    def _layer_types(self):
+        out = []
+        for i in range(lib.kf_runtime_layer_type_count(self._h)):
+            name, count = ctypes.c_char_p(), ctypes.c_int()
+            kinds, nkinds = ctypes.POINTER(ctypes.c_char_p)(), ctypes.c_int()
+            st = lib.kf_runtime_layer_type(self._h, i, ctypes.byref(name), ctypes.byref(count),
+                                           ctypes.byref(kinds), ctypes.byref(nkinds))
+            if st != 0:
+                raise _last_error(st)
+            out.append(LayerType(name.value.decode(), count.value,
+                                 tuple(kinds[k].decode() for k in range(nkinds.value))))
+        return out
+
+    def layer_kinds(self, layer):
+        """The kinds layer `layer` (0-based) runs, in order, by the manifest's
+        layer types; None when the model's layers all run the same kinds
+        (layer_types is empty). IndexError past the last layer."""
+        layer = operator.index(layer)
+        if not self.layer_types:
+            return None
+        first = 0
+        for t in self.layer_types:
+            if 0 <= layer < first + t.count:
+                return t.kinds
+            first += t.count
+        raise IndexError(f"layer {layer}: the layer types cover layers 0..{first - 1}")
 
     def _handle(self):
         if self._h is None:
@@ -162,6 +190,15 @@ class Runtime:
     def __repr__(self):
         return (f"kforge.Runtime(model={self.model!r}, arch={self.arch!r}, "
                 f"device={self.device}, backend={self.backend!r})")
+
+
+class LayerType(typing.NamedTuple):
+    """Runtime.layer_types: `count` consecutive layers (after those of the
+    types before) that run `kinds`, in order. A model whose layers differ
+    (GLM-4.5: dense first layers, then mixtures of experts) has several."""
+    name: str
+    count: int
+    kinds: tuple
 
 
 class Buffer(typing.NamedTuple):

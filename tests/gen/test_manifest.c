@@ -95,6 +95,34 @@ KF_TEST(manifest__optional_launch_members_are_written_when_they_apply) {
   free(path);
 }
 
+KF_TEST(manifest__layer_types_are_written_after_the_header_when_there_are_some) {
+  kf_manifest m;
+  sample(&m, 0);
+  kf_strv kinds = {0};
+  kf_strv_push(&kinds, "add");
+  kf_strv_push(&kinds, "mul");
+  kf_manifest_add_layer_type(&m, "dense", 1, &kinds);
+  kf_manifest_add_layer_type(&m, "moe", 45, &kinds);
+  kf_strv_free(&kinds);
+  char *text = kf_manifest_text(&m);
+  KF_CHECK_CONTAINS(text, "\t\"backend\":\t\"cuda\",\n"
+                          "\t\"layer_types\":\t[{\n"
+                          "\t\t\t\"name\":\t\"dense\",\n"
+                          "\t\t\t\"count\":\t1,\n"
+                          "\t\t\t\"kinds\":\t[\"add\", \"mul\"]\n"
+                          "\t\t}, {\n"
+                          "\t\t\t\"name\":\t\"moe\",\n"
+                          "\t\t\t\"count\":\t45,\n");
+  free(text);
+  kf_manifest_free(&m);
+  /* none: no member (the sample's documented shape above) */
+  sample(&m, 0);
+  text = kf_manifest_text(&m);
+  KF_CHECK(strstr(text, "layer_types") == NULL);
+  free(text);
+  kf_manifest_free(&m);
+}
+
 KF_TEST(manifest__rewriting_the_same_manifest_leaves_the_file_alone) {
   char *path = write_sample(0);
   struct stat before, after;

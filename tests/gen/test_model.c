@@ -840,3 +840,80 @@ KF_TEST(model__launch_cluster_must_tile_the_grid_and_hold_at_most_8_blocks) {
   KF_CHECK_CONTAINS(err, "t_cl.json: launch.cluster: error: must be an array of 3 dimensions\n");
   free(err);
 }
+
+/* ---- layer_types ---- */
+
+/* fam (the fixture family) with "layer_types": lt, loaded by FAM_DESC. */
+static kf_model *load_layer_types(const char *lt, char **err) {
+  char *fam =
+      kf_xasprintf("{\"family\": \"famlt\",\n"
+                   " \"shape_fields\": {\"hidden_size\": \"int\", \"rms_norm_eps\": "
+                   "\"float\", \"dtype\": \"string\"},\n"
+                   " \"optional_fields\": {\"page\": {\"type\": \"int\", \"default\": 16},\n"
+                   "   \"dense_layers\": {\"type\": \"int\", \"default\": 3}},\n"
+                   " \"kernels\": [{\"kind\": \"proj\", \"template\": \"t_one\", "
+                   "\"params\": {\"N\": 64}},\n"
+                   "   {\"kind\": \"norm\", \"template\": \"t_all\", \"params\": {\"N\": "
+                   "64, \"EPS\": \"rms_norm_eps\", \"PAGE\": \"page\"}}],\n"
+                   " \"layer_types\": %s}\n",
+                   lt);
+  fx_write_free(".", "families/famlt.json", fam);
+  free(fam);
+  kf_model *m =
+      fx_load_desc("models/m.json",
+                   "{\"name\": \"m\", \"family\": \"famlt\", \"shape\": {\"hidden_size\": "
+                   "1024, \"rms_norm_eps\": 1e-6, \"dtype\": \"bf16\"}}\n",
+                   NULL, err);
+  return m;
+}
+
+KF_TEST(model__layer_types_count_layers_over_the_shape_and_name_kinds) {
+  fx_model_tree();
+  kf_model *m = load_layer_types("[{\"name\": \"dense\", \"count\": \"dense_layers\", \"kinds\": "
+                                 "[\"norm\", \"proj\"]},\n"
+                                 " {\"name\": \"moe\", \"count\": \"hidden_size / 16 - "
+                                 "dense_layers\", \"kinds\": [\"norm\"]}]",
+                                 NULL);
+  KF_CHECK(m && m->nlayer_types == 2);
+  if (m && m->nlayer_types == 2) {
+    KF_CHECK_STR_EQ(m->layer_types[0].name, "dense");
+    KF_CHECK(m->layer_types[0].count == 3 && m->layer_types[0].kinds.n == 2);
+    KF_CHECK_STR_EQ(m->layer_types[0].kinds.v[1], "proj");
+    KF_CHECK(m->layer_types[1].count == 61 && m->layer_types[1].kinds.n == 1);
+  }
+  kf_model_free(m);
+  /* the fixture family has none */
+  char *desc = kf_xasprintf(FAM_DESC, "");
+  m = fx_load_desc("models/m.json", desc, NULL, NULL);
+  KF_CHECK(m && m->nlayer_types == 0);
+  kf_model_free(m);
+  free(desc);
+}
+
+KF_TEST(model__bad_layer_types_are_named_where_they_are) {
+  fx_model_tree();
+  const struct {
+    const char *lt, *reason;
+  } bad[] = {
+      {"[{\"name\": \"d\", \"count\": 1, \"kinds\": [\"router\"]}]",
+       "families/famlt.json: layer_types[0]: error: kinds[0]: router is not a kernel kind of the "
+       "model"},
+      {"[{\"name\": \"d\", \"count\": \"dense_layers - 4\", \"kinds\": [\"norm\"]}]",
+       "count must be a whole number of layers, 0 or more, got -1"},
+      {"[{\"name\": \"d\", \"count\": \"layers\", \"kinds\": [\"norm\"]}]",
+       "families/famlt.json: layer_types[0]: error: count: "},
+      {"[{\"name\": \"d\", \"count\": 1, \"kinds\": [\"norm\"]}, {\"name\": \"d\", \"count\": 2, "
+       "\"kinds\": [\"norm\"]}]",
+       "layer_types[1]: error: name \"d\" repeats layer_types[0]"},
+      {"[{\"name\": \"d\", \"count\": 1}]", "layer_types[0]: error: must be {\"name\""},
+      {"[]", "layer_types: error: must be a non-empty array"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *err = NULL;
+    kf_model *m = load_layer_types(bad[i].lt, &err);
+    KF_CHECK(m == NULL);
+    KF_CHECK_CONTAINS(err, bad[i].reason);
+    kf_model_free(m);
+    free(err);
+  }
+}

@@ -723,4 +723,49 @@ KF_TEST(manifest__a_repeated_member_counts_once_its_first) {
   free(text);
 }
 
+/* "layer_types": which kinds each layer runs where a model's layers differ. */
+KF_TEST(manifest__layer_types_are_read_and_must_name_kinds_it_has) {
+  const char *two = "\"backend\": \"cuda\",\n  \"layer_types\": [{\"name\": \"dense\", \"count\": "
+                    "1, \"kinds\": [\"input_norm\"]}, {\"name\": \"moe\", \"count\": 45, "
+                    "\"kinds\": [\"input_norm\", \"input_norm\"]}],";
+  rt_manifest m;
+  rt_err err;
+  char *text = edit("\"backend\": \"cuda\",", two);
+  KF_CHECK(parse(text, &m, &err) == KF_OK);
+  free(text);
+  KF_CHECK(m.nlayer_types == 2);
+  if (m.nlayer_types == 2) {
+    KF_CHECK_STR_EQ(m.layer_types[0].name, "dense");
+    KF_CHECK(m.layer_types[0].count == 1 && m.layer_types[0].nkinds == 1);
+    KF_CHECK_STR_EQ(m.layer_types[1].name, "moe");
+    KF_CHECK(m.layer_types[1].count == 45 && m.layer_types[1].nkinds == 2);
+    KF_CHECK_STR_EQ(m.layer_types[1].kinds[1], "input_norm");
+  }
+  rt_manifest_free(&m);
+  /* none: every layer alike */
+  KF_CHECK(parse(GOOD, &m, &err) == KF_OK);
+  KF_CHECK(m.nlayer_types == 0);
+  rt_manifest_free(&m);
+  const struct {
+    const char *with, *reason;
+  } bad[] = {
+      {"\"layer_types\": [],", "layer_types: error: must be a non-empty array"},
+      {"\"layer_types\": [{\"name\": \"d\", \"count\": -1, \"kinds\": [\"input_norm\"]}],",
+       "layer_types[0].count: error: must be an integer in [0, 1000000]"},
+      {"\"layer_types\": [{\"name\": \"d\", \"count\": 1, \"kinds\": []}],",
+       "layer_types[0].kinds: error: must be a non-empty array"},
+      {"\"layer_types\": [{\"name\": \"d\", \"count\": 1, \"kinds\": [\"Norm\"]}],",
+       "layer_types[0].kinds[0]: error: must be a kind name"},
+      {"\"layer_types\": [{\"count\": 1, \"kinds\": [\"input_norm\"]}],",
+       "layer_types[0].name: error: must be a non-empty string"},
+      {"\"layer_types\": [{\"name\": \"d\", \"count\": 1, \"kinds\": [\"router\"]}],",
+       "layer_types[0].kinds[0]: error: 'router' has no kernel in the manifest"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *with = xprintf("\"backend\": \"cuda\", %s", bad[i].with);
+    KF_CHECK(refuses("\"backend\": \"cuda\",", with, KF_ERR_BAD_MANIFEST, bad[i].reason));
+    free(with);
+  }
+}
+
 KF_TEST_MAIN()

@@ -148,6 +148,33 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(rt.kernel("norm", 2).buffers, ())
         rt.close()
 
+    def test_layer_types_say_which_kinds_each_layer_runs(self):
+        import json
+        self.make()
+        self.assertEqual(self.open().layer_types, [])  # every layer alike
+        self.assertIsNone(self.open().layer_kinds(7))
+        path = os.path.join(self.cache, "v1", "manifests", "m", "sm_90a.json")
+        with open(path) as f:
+            man = json.load(f)
+        man["layer_types"] = [{"name": "dense", "count": 2, "kinds": ["norm", "proj"]},
+                              {"name": "moe", "count": 3, "kinds": ["norm"]}]
+        with open(path, "w") as f:
+            json.dump(man, f)
+        rt = self.open()
+        self.assertEqual(rt.layer_types, [kforge.LayerType("dense", 2, ("norm", "proj")),
+                                          kforge.LayerType("moe", 3, ("norm",))])
+        self.assertEqual([rt.layer_kinds(i) for i in range(5)],
+                         [("norm", "proj")] * 2 + [("norm",)] * 3)
+        with self.assertRaises(IndexError):
+            rt.layer_kinds(5)
+        rt.close()
+        man["layer_types"][1]["kinds"] = ["router"]
+        with open(path, "w") as f:
+            json.dump(man, f)
+        with self.assertRaises(kforge.Error) as cm:
+            self.open()
+        self.assertIn("layer_types[1].kinds[0]: error: 'router' has no kernel", cm.exception.reason)
+
     def test_open_reports_arch_model_and_kernel_ids(self):
         self.make()
         self.make(arch="sm_90")

@@ -165,6 +165,18 @@ KF_API const char *kf_runtime_device_arch(const kf_runtime *rt);
 KF_API kf_backend kf_runtime_backend(const kf_runtime *rt);
 KF_API const char *kf_runtime_model(const kf_runtime *rt);
 
+/* Layers that run different kinds (the family's "layer_types": GLM-4.5's
+ * first_k_dense_replace dense layers, then mixtures of experts). The count
+ * is 0 when every layer runs the same kinds. Layer type i covers `count`
+ * consecutive layers, after those of types 0..i-1, and each of them runs
+ * kinds[0..nkinds) in that order; every kind has kernels in the manifest
+ * (checked at open). Strings owned by rt. kf_runtime_layer_type fails with
+ * KF_ERR_INVALID_ARGUMENT when i is out of range; any out pointer may be
+ * NULL. */
+KF_API int kf_runtime_layer_type_count(const kf_runtime *rt);
+KF_API kf_status kf_runtime_layer_type(kf_runtime *rt, int i, const char **name, int *count,
+                                       const char *const **kinds, int *nkinds);
+
 /* Number of kernels in the manifest, and the i-th in manifest (id) order.
  * kf_runtime_kernel fails with KF_ERR_INVALID_ARGUMENT when i is out of
  * range. The kernel is owned by rt; it need not be loaded yet (lazy). */
