@@ -18,7 +18,7 @@
 static const char usage[] =
     "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--families DIR]\n"
     "Writes a description of the family that matches the config's model_type (llama,\n"
-    "mistral (family llama), qwen2, qwen3, qwen3_moe, mixtral) to OUT.json, or to\n"
+    "mistral (family llama), qwen2, qwen3, qwen3_moe, mixtral, glm4_moe) to OUT.json, or to\n"
     "standard output. Where a description\n"
     "in the directory above the families (models/) has the same family and shape, its\n"
     "tuning fields are copied, and standard error names it. A config field that changes\n"
@@ -31,8 +31,8 @@ static const struct {
   const char *family;
 } families[] = {
     {"llama", "llama"},     {"mistral", "llama"}, /* the Llama layer; a binding window is refused */
-    {"qwen2", "qwen2"},     {"qwen3", "qwen3"},   {"qwen3_moe", "qwen3_moe"},
-    {"mixtral", "mixtral"}, {NULL, NULL}};
+    {"qwen2", "qwen2"},     {"qwen3", "qwen3"},       {"qwen3_moe", "qwen3_moe"},
+    {"mixtral", "mixtral"}, {"glm4_moe", "glm4_moe"}, {NULL, NULL}};
 
 /* Where a family's shape field comes from in a config.json: a member path,
  * tried in order. */
@@ -50,7 +50,8 @@ static const struct {
      {"rope_scaling.original_max_position_embeddings",
       "rope_parameters.original_max_position_embeddings", NULL}},
     {"rope_theta", {"rope_theta", "rope_parameters.rope_theta", NULL}},
-    {"num_experts", {"num_experts", "num_local_experts", NULL}}, /* Mixtral: num_local_experts */
+    {"num_experts",
+     {"num_experts", "num_local_experts", "n_routed_experts"}}, /* Mixtral, GLM-4.5 */
     {"moe_intermediate_size", {"moe_intermediate_size", "intermediate_size", NULL}}, /* Mixtral */
     {NULL, {NULL}},
 };
@@ -67,20 +68,22 @@ static const struct {
   const char *implemented; /* the families that implement it, space-separated, or NULL */
   const char *why;
 } math_fields[] = {
-    {"attention_bias", NULL, NULL, "biases on the q, k, v and o projections"},
+    /* GLM-4.5's attention_bias: q, k and v (its o_proj has none) */
+    {"attention_bias", NULL, "glm4_moe", "biases on the q, k, v and o projections"},
     {"mlp_bias", NULL, NULL, "biases on the MLP projections"},
     {"hidden_act", "silu", NULL, "another MLP activation than silu"},
     {"quantization_config", NULL, NULL, "quantized weights (the kernels read bf16 weights)"},
-    {"partial_rotary_factor", NULL, NULL, "rotary embedding on part of each head"},
+    {"partial_rotary_factor", NULL, "glm4_moe", "rotary embedding on part of each head"},
     {"attn_logit_softcapping", NULL, NULL, "soft-capped attention logits"},
     {"query_pre_attn_scalar", NULL, NULL, "another attention scale than 1/sqrt(head_dim)"},
     {"use_qk_norm", NULL, "qwen3 qwen3_moe", "an RMSNorm on q and k"},
-    {"num_experts", NULL, "qwen3_moe mixtral", "a mixture of experts"},
+    {"num_experts", NULL, "qwen3_moe mixtral glm4_moe", "a mixture of experts"},
     {"num_local_experts", NULL, "qwen3_moe mixtral", "a mixture of experts"},
-    {"num_experts_per_tok", NULL, "qwen3_moe mixtral", "a mixture of experts"},
-    {"moe_intermediate_size", NULL, "qwen3_moe mixtral", "a mixture of experts"},
-    {"n_routed_experts", NULL, NULL, "DeepSeek-style routed experts"},
-    {"n_shared_experts", NULL, NULL, "a shared expert"},
+    {"num_experts_per_tok", NULL, "qwen3_moe mixtral glm4_moe", "a mixture of experts"},
+    {"moe_intermediate_size", NULL, "qwen3_moe mixtral glm4_moe", "a mixture of experts"},
+    {"n_routed_experts", NULL, "glm4_moe", "DeepSeek-style routed experts"},
+    {"n_shared_experts", NULL, "glm4_moe", "a shared expert"},
+    {"first_k_dense_replace", NULL, "glm4_moe", "dense layers before the experts' layers"},
     {"shared_expert_intermediate_size", NULL, NULL, "a shared expert"},
     {NULL, NULL, NULL, NULL},
 };
@@ -393,7 +396,7 @@ int kf_import_hf_convert(const cJSON *cfg, const char *in, const char *fam_dir, 
   if (!family) {
     kf_error(in, "model_type",
              "no kforge family for model_type %s%s%s (supported: llama, mistral, qwen2, qwen3, "
-             "qwen3_moe, mixtral)",
+             "qwen3_moe, mixtral, glm4_moe)",
              cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "(missing)",
              cJSON_IsString(mt) ? "\"" : "");
     goto done;
@@ -411,6 +414,22 @@ int kf_import_hf_convert(const cJSON *cfg, const char *in, const char *fam_dir, 
     kf_error(in, "mlp_only_layers",
              "dense layers among the experts' are not supported (family %s): must be []", family);
     goto done;
+  }
+  /* DeepSeek-V3-style group-limited routing (the experts in groups, the
+   * choice within the best topk_group groups): the families route over all
+   * experts, which is the same only with one group */
+  static const char *const groups[] = {"n_group", "topk_group", NULL};
+  for (int g = 0; groups[g]; g++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, groups[g]);
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1)) {
+      char got[80];
+      show(v, got, sizeof got);
+      kf_error(in, groups[g],
+               "family %s routes over all experts (one group), got %s: group-limited routing "
+               "is not implemented",
+               family, got);
+      goto done;
+    }
   }
   fam_path = kf_xasprintf("%s/%s.json", fam_dir, family);
   fam = kf_json_load(fam_path, fam_path);

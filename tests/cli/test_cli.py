@@ -321,7 +321,13 @@ class ImportHF(unittest.TestCase):
                   "norm_topk_prob": 1, "head_dim": 128, "num_key_value_heads": 4}),
                 ("mixtral-8x7b.config.json", "mixtral-8x7b", "mixtral",
                  {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 14336,
-                  "head_dim": 128, "num_key_value_heads": 8})):
+                  "head_dim": 128, "num_key_value_heads": 8}),
+                # n_routed_experts, a shared expert, one dense layer first, q/k/v
+                # biases (attention_bias), half of each head rotated
+                ("glm-4.5-air.config.json", "glm-4.5-air", "glm4_moe",
+                 {"num_experts": 128, "n_shared_experts": 1, "first_k_dense_replace": 1,
+                  "num_hidden_layers": 46, "partial_rotary_factor": 0.5,
+                  "intermediate_size": 10944, "moe_intermediate_size": 1408})):
             with self.subTest(name=name):
                 self.same_keys_as_shipped(config, name, family, shape)
 
@@ -366,6 +372,29 @@ class ImportHF(unittest.TestCase):
                 else:
                     self.assertEqual(r.rc, 0, str(r))
                     self.assertEqual(json.loads(r.out)["family"], "llama")
+
+    def test_import_hf_glm_refuses_grouped_routing_and_qk_norm(self):
+        """GLM-4.5 configs the glm4_moe family does not implement: experts
+        routed within groups (n_group, topk_group above 1), an RMSNorm on q
+        and k (use_qk_norm, GLM-4.5's larger model)."""
+        w = Work(self, "hf")
+        with open(os.path.join(FIXTURES, "hf", "glm-4.5-air.config.json")) as f:
+            cfg = json.load(f)
+        for field, value, reason in (
+                ("n_group", 8, "n_group: error: family glm4_moe routes over all experts (one "
+                               "group), got 8: group-limited routing is not implemented"),
+                ("topk_group", 4, "topk_group: error: family glm4_moe routes over all experts"),
+                ("use_qk_norm", True, "use_qk_norm: error: family glm4_moe does not implement "
+                                      "an RMSNorm on q and k, got true")):
+            with self.subTest(field=field):
+                w.dump_json("config.json", dict(cfg, **{field: value}))
+                r = w.kf("import-hf", "config.json", "--name", "m", common=False)
+                self.assertEqual(r.rc, 2, str(r))
+                self.assertIn("config.json: " + reason, r.err)
+        # and the same config with them as shipped imports
+        w.dump_json("config.json", cfg)
+        r = w.kf("import-hf", "config.json", "--name", "m", common=False)
+        self.assertEqual(r.rc, 0, str(r))
 
     def test_import_hf_moe_refuses_dense_layers_among_the_experts(self):
         w = Work(self, "hf")
