@@ -7,7 +7,8 @@ limits the descriptions set.
 
 The GPU tests run sm_90a only; a template change that keeps sm_90a clean can
 still spill for sm_100a, which no machine here runs, so the check lives in the
-CPU suite. Needs nvcc; about a minute on two cores.
+CPU suite. Needs nvcc; on two cores the NVIDIA arches take minutes and
+gfx90a (hipcc) about twelve.
 """
 import glob
 import json
