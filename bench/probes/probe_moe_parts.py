@@ -21,7 +21,7 @@ SETS = 8
 
 def parts(label, rt, model, s, w, ceiling, widths):
     for r in widths:
-        m = M.Moe(rt, model, r)
+        m = M.Moe(rt, model, r, s)
         xs = [L.randn(m.width, s.hidden) for _ in range(SETS)]
         ids = []
         for _ in range(SETS):
@@ -34,7 +34,9 @@ def parts(label, rt, model, s, w, ceiling, widths):
         out = L.poisoned(m.width, s.hidden)
         gu = lambda i: L.call(m.ks["moe_gate_up"], x=xs[i % SETS], w=w.gate_up, ids=ids[i % SETS], act=act)
         dn = lambda i: L.call(m.ks["moe_down"], act=act, w=w.down, ids=ids[i % SETS], y=y)
-        cb = lambda i: L.call(m.ks["moe_combine"], y=y, weights=wts[i % SETS], out=out)
+        shared = m.bufs["shared"]["y"] if s.shared else None
+        cb = lambda i: L.call(m.ks["moe_combine"], y=y, weights=wts[i % SETS], shared=shared,
+                              out=out)
         gu(0)
         t_gu, t_dn, t_cb = (time_graph(f, SETS, replays=10) for f in (gu, dn, cb))
         b_gu = distinct * 2 * s.inter * s.hidden * 2

@@ -25,7 +25,8 @@ ARCH = "sm_90a"
 
 # KF_TEST_MODELS="a,b" narrows the tests and benchmarks to those models.
 MODELS = [m for m in os.environ.get(
-    "KF_TEST_MODELS", "llama-3.1-8b,qwen3-8b,qwen3-0.6b,qwen2.5-7b,mistral-7b-v0.3").split(",") if m]
+    "KF_TEST_MODELS",
+    "llama-3.1-8b,qwen3-8b,qwen3-0.6b,qwen2.5-7b,mistral-7b-v0.3,glm-4.5-air").split(",") if m]
 KINDS = ["input_norm", "qkv_proj", "rope_kv_write", "decode_attention", "o_proj",
          "post_attn_norm", "gate_up_proj", "down_proj"]
 BF16_NAN = 0x7FC0  # poison bits
@@ -104,6 +105,8 @@ class Shape:
         self.page_size = self.tparams["decode_attention"]["PAGE_SIZE"]
         self.splits = self.tparams["decode_attention"]["SPLITS"]
         self.qk_norm = self.templates["rope_kv_write"].startswith("qknorm")
+        # the rotated part of a head (partial RoPE: GLM-4.5's partial_rotary_factor)
+        self.rot = int(self.tparams["rope_kv_write"].get("ROTARY_DIM", self.d))
         self.qkv_bias = self.templates["qkv_proj"] == "skinny_gemm_bias"  # qwen2
         self.widths = sorted(built["decode_attention"][2])
         self.g = self.hq // self.hkv
@@ -246,9 +249,10 @@ def ref_gate_up(x, w, inter):
 
 
 def rope_inv_freq(s):
-    """fp32 inverse frequencies, Hugging Face's rule (llama3 when factor > 1)."""
-    i = torch.arange(0, s.d, 2, dtype=torch.float64)
-    inv = 1.0 / (s.theta ** (i / s.d))
+    """fp32 inverse frequencies over the rotated part of a head, Hugging
+    Face's rule (llama3 when factor > 1)."""
+    i = torch.arange(0, s.rot, 2, dtype=torch.float64)
+    inv = 1.0 / (s.theta ** (i / s.rot))
     if s.rope_factor > 1.0:
         low_wl = s.rope_orig / s.rope_low
         high_wl = s.rope_orig / s.rope_high
@@ -262,13 +266,14 @@ def rope_inv_freq(s):
 
 
 def ref_rope(x, positions, s):
-    """x [n, heads, D] fp32, neox layout, at each row's position."""
+    """x [n, heads, D] fp32, neox layout over the first s.rot values of each
+    head (the rest passes unchanged), at each row's position."""
     ang = positions.float()[:, None] * rope_inv_freq(s)[None, :]  # fp32 product, as HF
     c = torch.cos(ang.double()).float()[:, None, :]
     sn = torch.sin(ang.double()).float()[:, None, :]
-    h = s.d // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    return torch.cat([x1 * c - x2 * sn, x2 * c + x1 * sn], dim=-1)
+    h = s.rot // 2
+    x1, x2, rest = x[..., :h], x[..., h:s.rot], x[..., s.rot:]
+    return torch.cat([x1 * c - x2 * sn, x2 * c + x1 * sn, rest], dim=-1)
 
 
 def ref_head_norm(x, w, eps):

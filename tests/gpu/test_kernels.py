@@ -211,6 +211,14 @@ class RopeKvWriteTests(_Base):
                 self.assertClose(kw, rk, f"{model}/rope_kv_write R={rows} k")
                 self.assertBitwise(vw, qkv.view(rows, -1, s.d)[:, s.hq + s.hkv:],
                                    f"{model}/rope_kv_write R={rows} v copy")
+                if s.rot < s.d and not s.qk_norm:
+                    # partial RoPE: the values past the rotated part pass as they came
+                    heads = qkv.view(rows, -1, s.d)
+                    self.assertBitwise(q.view(rows, s.hq, s.d)[..., s.rot:],
+                                       heads[:, :s.hq, s.rot:],
+                                       f"{model}/rope_kv_write R={rows} q past ROTARY_DIM")
+                    self.assertBitwise(kw[..., s.rot:], heads[:, s.hq:s.hq + s.hkv, s.rot:],
+                                       f"{model}/rope_kv_write R={rows} k past ROTARY_DIM")
             qkv8 = L.randn(8, s.qkv_n)
             pos8 = torch.randint(0, 131072, (8,), dtype=torch.int32, device="cuda")
             slots8 = torch.randperm(self.PAGES * s.page_size - 1, device="cuda")[:8].int()
