@@ -6,6 +6,10 @@
 // over the row's own seq_lens[r] tokens, found through its page-table row
 // block_tables[r * block_table_stride + token / PAGE_SIZE] in the caches
 // [pages, PAGE_SIZE, NUM_KV_HEADS, HEAD_DIM]. G = NUM_Q_HEADS / NUM_KV_HEADS.
+// PAGE_SIZE: a multiple of the 16-token tile (a tile lies in one page), or
+// 1, 2, 4 or 8 (a tile spans pages: each token's page is looked up; 1 is a
+// token-granular pool's layout). Page-table entries past a row's
+// ceil(seq_lens[r] / PAGE_SIZE) pages are never read.
 //
 // Work split: grid [ceil(SPLITS / W), NUM_KV_HEADS, W], block 128 threads.
 // The row's ceil(L / 16) tiles of 16 tokens are cut into ranges of
@@ -177,9 +181,24 @@ template <int D> struct kv_tile {
   vec8 v[4][D / 64];
 };
 
-// page: the cache page holding the tile (a tile never straddles pages).
-// AFTER_WAIT: the loads stay after grid_dep_wait (the tile may hold a token
-// the kernel before writes); false only for tiles read ahead of the wait.
+// The page a lane passes to load_kv_tile for tile `tile` of a row (page_row:
+// its page-table row): with pages of a tile or more, the tile's page; with
+// smaller pages, the page of the lane's token of the tile, lane % 16 (0
+// past the row's length, whose entries are not read).
+template <int PAGE_SIZE> KF_DEVICE int tile_page(const int *page_row, int tile, int len, int lane) {
+  if constexpr (PAGE_SIZE >= kAttnTile) {
+    return tile >= 0 ? page_row[tile * kAttnTile / PAGE_SIZE] : 0;
+  } else {
+    const int tok = tile * kAttnTile + (lane & (kAttnTile - 1));
+    return tile >= 0 && tok < len ? page_row[tok / PAGE_SIZE] : 0;
+  }
+}
+
+// page: tile_page's answer for the tile. With pages smaller than a tile
+// each token's page comes from the lane that looked it up (every lane of
+// the warp calls this). AFTER_WAIT: the loads stay after grid_dep_wait (the
+// tile may hold a token the kernel before writes); false only for tiles
+// read ahead of the wait.
 template <int D, int HKV, int PAGE_SIZE, bool AFTER_WAIT = true>
 KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16 *v_cache, int page,
                             int kv_head, int len, int tile, int lane) {
@@ -188,6 +207,31 @@ KF_DEVICE void load_kv_tile(kv_tile<D> &r, const kf_bf16 *k_cache, const kf_bf16
   };
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = tile * kAttnTile;
+  if constexpr (PAGE_SIZE < kAttnTile) {
+    // Token i of the tile (its page from lane i) at kv head kv_head.
+    auto row = [&](int i) {
+      const long long pg = __float_as_int(shfl(__int_as_float(page), i));
+      return ((pg * PAGE_SIZE + i % PAGE_SIZE) * HKV + kv_head) * (long long)D;
+    };
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const bool ok = tok0 + 8 * nt + g < len;
+      const kf_bf16 *p = k_cache + row(8 * nt + g);
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j)
+        r.k[nt][j] = ok ? load(p + 32 * j + 8 * t) : zero_vec();
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int i = (a >> 1) * 8 + 2 * t + (a & 1);
+      const bool ok = tok0 + i < len;
+      const kf_bf16 *p = v_cache + row(i);
+#pragma unroll
+      for (int hh = 0; hh < D / 64; ++hh)
+        r.v[a][hh] = ok ? load(p + 64 * hh + 8 * g) : zero_vec();
+    }
+    return;
+  }
   const long long base =
       ((long long)page * PAGE_SIZE + tok0 % PAGE_SIZE) * HKV * D + (long long)kv_head * D;
 #pragma unroll
@@ -709,7 +753,8 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   constexpr int G = HQ / HKV, SPLITS = P::SPLITS, PS = P::PAGE_SIZE;
   constexpr int NW = kAttnThreads / kWarpSize;
   static_assert(HQ % HKV == 0, "NUM_Q_HEADS must be a multiple of NUM_KV_HEADS");
-  static_assert(PS % kAttnTile == 0, "PAGE_SIZE must be a multiple of 16");
+  static_assert(PS > 0 && (PS % kAttnTile == 0 || kAttnTile % PS == 0),
+                "PAGE_SIZE must be a multiple of 16, or 1, 2, 4 or 8");
   constexpr int kPartFloats = kAttnRecordFloats<G, D>;
   using merge_t = record_merge<G, D, kAttnThreads>;
 
@@ -780,7 +825,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   auto after = [&](int t, int s) {
     return t + NW < range_end(s) ? t + NW : kRangesPerBlock > 1 ? first_of(s + range_step) : -1;
   };
-  auto page_of = [&](int t) { return t >= 0 ? page_row[t * kAttnTile / PS] : 0; };
+  auto page_of = [&](int t) { return tile_page<PS>(page_row, t, len, lane); };
   int t_cur = active ? first_of(first_range) : -1;
   constexpr bool kTwo = P::W <= KF_ATTN_TWO_TILES_MAX_W;
   const int older = n_tiles - 1; // tiles below it hold no newest token
@@ -819,8 +864,10 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
     for (int k = 0; k < kAhead; ++k) {
       if (tiles[k] >= 0) {
         const int tok0 = tiles[k] * kAttnTile, r = lane & 15;
-        const long long off =
-            (((long long)pages[k] * PS + tok0 % PS + r) * HKV + kv_head) * (long long)D;
+        // (smaller pages: pages[k] is the page of this lane's token, r)
+        const long long token_row = PS < kAttnTile ? (long long)pages[k] * PS + r % PS
+                                                   : (long long)pages[k] * PS + tok0 % PS + r;
+        const long long off = (token_row * HKV + kv_head) * (long long)D;
         prefetch_l2((lane < 16 ? k_cache : v_cache) + off, D * (int)sizeof(kf_bf16));
       }
     }

@@ -20,7 +20,9 @@
 #include <algorithm>
 #include <cstdarg>
 #include <string>
+#include <sys/mman.h>
 #include <type_traits>
+#include <unistd.h>
 
 namespace {
 
@@ -269,55 +271,99 @@ template <bool QK_NORM, int D, int HQ, int HKV, int W, int ROT = D> void check_r
 }
 
 // ---- decode_attention --------------------------------------------------------
-template <int D, int HQ, int HKV, int SPLITS_, int W_> struct AttnP {
-  static constexpr int HEAD_DIM = D, NUM_Q_HEADS = HQ, NUM_KV_HEADS = HKV, PAGE_SIZE = 16,
+template <int D, int HQ, int HKV, int SPLITS_, int W_, int PS = 16> struct AttnP {
+  static constexpr int HEAD_DIM = D, NUM_Q_HEADS = HQ, NUM_KV_HEADS = HKV, PAGE_SIZE = PS,
                        SPLITS = SPLITS_, W = W_;
 };
+
+// A page table of `rows` rows of per_row entries: each row's first
+// ceil(lens[r] / PS) entries scattered pages below `pages` (mul and add
+// pick the scatter), the rest a page far past the caches, which a kernel
+// that looked one up and read it would fault on.
+template <int PS>
+std::vector<int> page_table(const std::vector<int> &lens, int rows, int per_row, int pages, int mul,
+                            int add) {
+  std::vector<int> table((size_t)rows * per_row, 1 << 28);
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < per_row; ++i)
+      if (r < (int)lens.size() && i < (lens[r] + PS - 1) / PS)
+        table[r * per_row + i] = ((r * per_row + i) * mul + add) % pages;
+  return table;
+}
 
 // `launches` launches of decode_attention at width W on one workspace
 // (poisoned with NaN) and one set of semaphores (zero before the first),
 // the grid shaped as decode_attention.json shapes it; q, table (per_row
 // pages a row) and lens hold W rows, of which the first `rows` are real.
 // Returns the semaphores as the last launch left them.
-template <int D, int HQ, int HKV, int SPLITS, int W>
-std::vector<int> launch_attention(bf16 &q, bf16 &kc, bf16 &vc, std::vector<int> &table, int per_row,
-                                  std::vector<int> &lens, bf16 &out, int rows, int launches) {
+// A copy of `v` that ends where an inaccessible page begins: a kernel that
+// reads past its end faults (the page tables' last entries).
+class GuardedInts {
+public:
+  explicit GuardedInts(const std::vector<int> &v) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t bytes = v.size() * sizeof(int), data = (bytes + page - 1) / page * page;
+    size_ = data + page;
+    base_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base_ == MAP_FAILED || mprotect((char *)base_ + data, page, PROT_NONE) != 0) {
+      perror("GuardedInts");
+      exit(2);
+    }
+    at_ = reinterpret_cast<int *>((char *)base_ + data - bytes);
+    std::copy(v.begin(), v.end(), at_);
+  }
+  GuardedInts(const GuardedInts &) = delete;
+  GuardedInts &operator=(const GuardedInts &) = delete;
+  ~GuardedInts() { munmap(base_, size_); }
+  int *data() { return at_; }
+
+private:
+  void *base_ = nullptr;
+  size_t size_ = 0;
+  int *at_ = nullptr;
+};
+
+template <int D, int HQ, int HKV, int SPLITS, int W, int PS = 16>
+std::vector<int> launch_attention(bf16 &q, bf16 &kc, bf16 &vc, const std::vector<int> &table,
+                                  int per_row, std::vector<int> &lens, bf16 &out, int rows,
+                                  int launches) {
   constexpr int G = HQ / HKV;
   const int rec = G * D + 4 * ((G + 1) / 2);
   std::vector<float> ws((size_t)W * HKV * SPLITS * rec, NAN);
   std::vector<int> sem(W * HKV, 0);
+  GuardedInts guarded(table); // the last row's table row ends at a fault
   for (int launch = 0; launch < launches; ++launch)
     emu::launch({(SPLITS + W - 1) / W, HKV, W}, {128, 1, 1}, [&] {
-      kf::decode_attention_entry<AttnP<D, HQ, HKV, SPLITS, W>>(
-          dev(q), dev(kc), dev(vc), table.data(), per_row, lens.data(), dev(out), ws.data(),
+      kf::decode_attention_entry<AttnP<D, HQ, HKV, SPLITS, W, PS>>(
+          dev(q), dev(kc), dev(vc), guarded.data(), per_row, lens.data(), dev(out), ws.data(),
           sem.data(), rows);
     });
   return sem;
 }
 
 // Two launches on the same workspace and semaphores: the first must leave
-// the counters at zero for the second.
-template <int D, int HQ, int HKV, int SPLITS, int W>
+// the counters at zero for the second. PS: tokens per page; each row's
+// page-table row holds exactly the pages its longest row needs.
+template <int D, int HQ, int HKV, int SPLITS, int W, int PS = 16>
 void check_attention(int rows, std::vector<int> lens) {
   constexpr int G = HQ / HKV;
   const int max_len = *std::max_element(lens.begin(), lens.end());
-  const int per_row = (max_len + 15) / 16 + 1, pages = W * per_row;
-  bf16 q = random_bf16(W * HQ * D), kc = random_bf16((size_t)pages * 16 * HKV * D),
-       vc = random_bf16((size_t)pages * 16 * HKV * D), out(W * HQ * D, kPoison);
-  std::vector<int> table(W * per_row);
-  for (int i = 0; i < W * per_row; ++i)
-    table[i] = (i * 7 + 3) % pages; // scattered pages
+  const int per_row = std::max((max_len + PS - 1) / PS, 1), pages = W * per_row + 1;
+  bf16 q = random_bf16(W * HQ * D), kc = random_bf16((size_t)pages * PS * HKV * D),
+       vc = random_bf16((size_t)pages * PS * HKV * D), out(W * HQ * D, kPoison);
+  std::vector<int> table = page_table<PS>(lens, W, per_row, pages, 7, 3);
   const std::vector<int> sem =
-      launch_attention<D, HQ, HKV, SPLITS, W>(q, kc, vc, table, per_row, lens, out, rows, 2);
-  Check c{format("decode_attention D=%d G=%d HKV=%d SPLITS=%d W=%d rows=%d (longest %d)", D, G, HKV,
-                 SPLITS, W, rows, max_len)};
+      launch_attention<D, HQ, HKV, SPLITS, W, PS>(q, kc, vc, table, per_row, lens, out, rows, 2);
+  Check c{
+      format("decode_attention D=%d G=%d HKV=%d SPLITS=%d W=%d PAGE_SIZE=%d rows=%d (longest %d)",
+             D, G, HKV, SPLITS, W, PS, rows, max_len)};
   for (int s : sem)
     c.same(s, 0);
   for (int r = 0; r < W; ++r)
     for (int hq = 0; hq < HQ; ++hq) {
       const int kvh = hq / G, len = lens[r];
       auto row_at = [&](int t) {
-        return (((size_t)table[r * per_row + t / 16] * 16 + t % 16) * HKV + kvh) * D;
+        return (((size_t)table[r * per_row + t / PS] * PS + t % PS) * HKV + kvh) * D;
       };
       std::vector<double> p(len);
       double mx = -1e300, l = 0;
@@ -351,17 +397,15 @@ void check_attention(int rows, std::vector<int> lens) {
 // (every row of every batch compared, pad rows left poisoned), and must give
 // the same bits, though each width has its blocks attend other sets of
 // ranges (one, two, four, eight) and merge them at other points.
-template <int D, int HQ, int HKV, int SPLITS>
+template <int D, int HQ, int HKV, int SPLITS, int PS = 16>
 void check_attention_invariance(std::vector<int> lens) {
   constexpr int G = HQ / HKV;
   const int n = (int)lens.size();
   const int max_len = *std::max_element(lens.begin(), lens.end());
-  const int per_row = (max_len + 15) / 16 + 1, pages = n * per_row;
-  bf16 q = random_bf16(n * HQ * D), kc = random_bf16((size_t)pages * 16 * HKV * D),
-       vc = random_bf16((size_t)pages * 16 * HKV * D);
-  std::vector<int> table(n * per_row);
-  for (int i = 0; i < n * per_row; ++i)
-    table[i] = (i * 11 + 5) % pages; // scattered pages
+  const int per_row = std::max((max_len + PS - 1) / PS, 1), pages = n * per_row + 1;
+  bf16 q = random_bf16(n * HQ * D), kc = random_bf16((size_t)pages * PS * HKV * D),
+       vc = random_bf16((size_t)pages * PS * HKV * D);
+  std::vector<int> table = page_table<PS>(lens, n, per_row, pages, 11, 5);
   // Rows `ids` at width W; returns the W rows' outputs.
   auto run = [&](auto width, const std::vector<int> &ids) {
     constexpr int W = decltype(width)::value;
@@ -372,14 +416,15 @@ void check_attention_invariance(std::vector<int> lens) {
       std::copy_n(table.begin() + ids[r] * per_row, per_row, tb.begin() + r * per_row);
       lb[r] = lens[ids[r]];
     }
-    launch_attention<D, HQ, HKV, SPLITS, W>(qb, kc, vc, tb, per_row, lb, out, (int)ids.size(), 1);
+    launch_attention<D, HQ, HKV, SPLITS, W, PS>(qb, kc, vc, tb, per_row, lb, out, (int)ids.size(),
+                                                1);
     return out;
   };
   std::vector<bf16> alone(n);
   for (int r = 0; r < n; ++r)
     alone[r] = run(kf::int_tag<1>{}, {r});
-  Check c{format("decode_attention invariance D=%d G=%d SPLITS=%d (longest %d)", D, G, SPLITS,
-                 max_len)};
+  Check c{format("decode_attention invariance D=%d G=%d SPLITS=%d PAGE_SIZE=%d (longest %d)", D, G,
+                 SPLITS, PS, max_len)};
   auto compare = [&](const bf16 &out, const std::vector<int> &ids, int w) {
     for (int r = 0; r < w; ++r)
       for (int i = 0; i < HQ * D; ++i)
@@ -697,6 +742,15 @@ int main(int argc, char **argv) {
     // 12 query heads per kv head (GLM-4.5-Air): the matrix path's second
     // set of heads
     check_attention<128, 24, 2, 8, 2>(2, {500, 21});
+    // pages smaller than a tile (1: a token-granular pool), every row's
+    // page-table row cut at its own last page
+    check_attention<128, 4, 2, 4, 4, 1>(3, {1, 17, 200, 33});
+    check_attention<128, 4, 2, 4, 4, 1>(4, {1, 17, 200, 201}); // the last tile past the table
+    check_attention<64, 6, 2, 8, 2, 8>(2, {300, 13});
+    check_attention<128, 24, 2, 8, 2, 2>(2, {500, 21});
+    check_attention<128, 8, 1, 16, 8, 4>(6, {400, 17, 330, 1, 350, 0, 50, 70});
+    check_attention<64, 2, 1, 4, 1, 32>(1, {77});
+    check_attention_invariance<64, 2, 1, 16, 1>({1000, 530, 700, 1});
   } else if (group == "moe") {
     check_moe_router<256, 8, 2, 4, 1>(3);           // Mixtral's routing
     check_moe_router<512, 128, 8, 8, 1>(5);         // Qwen3-MoE's: more experts than lanes
