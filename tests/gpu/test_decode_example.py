@@ -40,8 +40,10 @@ TINY = {
                        rope_theta=1000000.0, sliding_window=4096, use_sliding_window=False),
 }
 # Built under their own names with another page size (kernel ids have no
-# page-size part): the loop over pages of 32 and 64 tokens.
-PAGE_SIZES = {"tiny-qwen3-p32": ("tiny-qwen3", 32), "tiny-llama-p64": ("tiny-llama", 64)}
+# page-size part): the loop over pages of 32 and 64 tokens, and over a
+# token-granular pool (pages of one token).
+PAGE_SIZES = {"tiny-qwen3-p32": ("tiny-qwen3", 32), "tiny-llama-p64": ("tiny-llama", 64),
+              "tiny-qwen2-p1": ("tiny-qwen2", 1)}
 PROMPTS = [[5, 17, 300, 42, 1999], [7], [1000, 3, 9, 11, 12, 13, 14, 15, 16]]
 LONG_PROMPTS = [list(range(1, 70)), [3] * 40]  # past a page of 64 tokens
 NEW_TOKENS = 10
@@ -226,6 +228,9 @@ class DecodeExample(unittest.TestCase):
 
     def test_llama_pages_of_64(self):
         self._run("tiny-llama-p64", LONG_PROMPTS, 6, new_tokens=4)
+
+    def test_qwen2_pages_of_one_token(self):
+        self._run("tiny-qwen2-p1", LONG_PROMPTS, 7, new_tokens=4)
 
     def test_qwen3_one_row(self):
         self._run("tiny-qwen3", [[11, 22, 33]], 3)
