@@ -16,7 +16,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--families DIR]\n"
+    "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--page-size N]\n"
+    "                        [--families DIR]\n"
     "Writes a description of the family that matches the config's model_type (llama,\n"
     "mistral (family llama), qwen2, qwen3, qwen3_moe, mixtral, glm4_moe) to OUT.json, or to\n"
     "standard output. Where a description\n"
@@ -24,7 +25,9 @@ static const char usage[] =
     "tuning fields are copied, and standard error names it. A config field that changes\n"
     "the math and that the family does not implement (biases, another activation, rotary\n"
     "scaling or dtype, a sliding window, quantized weights, a shared expert) is refused,\n"
-    "exit 2.\n";
+    "exit 2. --page-size: the tokens per page of the serving engine's KV cache (the\n"
+    "shape's page_size; the family's default when not given; kforge build checks it\n"
+    "against the attention templates: 1, 2, 4, 8, 16, 32 or 64).\n";
 
 static const struct {
   const char *model_type;
@@ -488,6 +491,7 @@ done:
 
 int kf_cmd_import_hf(int argc, char **argv) {
   const char *in = NULL, *out = NULL, *name = NULL, *fam_dir = kf_default_families_dir();
+  long page_size = 0; /* 0: the family's default */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -499,7 +503,15 @@ int kf_cmd_import_hf(int argc, char **argv) {
       name = argv[++i];
     else if (!strcmp(a, "--families") && i + 1 < argc)
       fam_dir = argv[++i];
-    else if (a[0] != '-' && !in)
+    else if (!strcmp(a, "--page-size") && i + 1 < argc) {
+      char *end;
+      errno = 0;
+      page_size = strtol(argv[++i], &end, 10);
+      if (errno || *end || end == argv[i] || page_size < 1 || page_size > 1 << 20) {
+        kf_usage_error(usage, "--page-size '%s': expected a positive number of tokens", argv[i]);
+        return 2;
+      }
+    } else if (a[0] != '-' && !in)
       in = a;
     else {
       kf_usage_error(usage, "unexpected argument '%s'", a);
@@ -521,6 +533,15 @@ int kf_cmd_import_hf(int argc, char **argv) {
   const char *family = cJSON_GetObjectItemCaseSensitive(desc, "family")->valuestring;
   const char *model_name = cJSON_GetObjectItemCaseSensitive(desc, "name")->valuestring;
   cJSON *shape = cJSON_GetObjectItemCaseSensitive(desc, "shape");
+  if (page_size) {
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(fam, "optional_fields");
+    if (!cJSON_GetObjectItemCaseSensitive(opt, "page_size")) {
+      kf_error(NULL, "--page-size", "family %s has no page_size field", family);
+      goto done;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(shape, "page_size");
+    cJSON_AddNumberToObject(shape, "page_size", (double)page_size);
+  }
   char *fam_trimmed = kf_xstrndup(fam_dir, len_without_slashes(fam_dir)); /* models/families/ */
   char *models_dir = kf_path_dirname(fam_trimmed);
   free(fam_trimmed);

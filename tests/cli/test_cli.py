@@ -444,6 +444,31 @@ class ImportHF(unittest.TestCase):
         self.assertNotIn("tuning fields", r.err)
         self.assertFalse([f for f in json.loads(r.out)["shape"] if "split" in f or "ring" in f])
 
+    def test_import_hf_takes_the_serving_engines_page_size(self):
+        """--page-size sets the shape's page_size: pages of one token (a
+        token-granular pool) change only the attention kinds' keys; a size
+        the templates do not take is refused by the build, naming it."""
+        w = Work(self, "hf-pages", copy_shipped=True)
+        cfg = os.path.join(FIXTURES, "hf", "qwen3-0.6b.config.json")
+        keys = ("keys", "--templates", "shipped/templates", "--arch", "sm_90a")
+        w.ok("import-hf", cfg, "-o", "shipped/models/p16.json", "--name", "q", common=False)
+        w.ok("import-hf", cfg, "-o", "shipped/models/p1.json", "--name", "q", "--page-size", "1",
+             common=False)
+        self.assertEqual(w.load_json("shipped/models/p1.json")["shape"]["page_size"], 1)
+        k16 = parse_keys(self, w.ok(*keys, "shipped/models/p16.json", common=False).out)
+        k1 = parse_keys(self, w.ok(*keys, "shipped/models/p1.json", common=False).out)
+        changed = sorted(kid.split("/")[1] for kid in k16 if k16[kid] != k1[kid])
+        self.assertEqual(set(changed), {"decode_attention", "rope_kv_write", "layer"}, changed)
+        w.ok("import-hf", cfg, "-o", "shipped/models/p3.json", "--name", "q", "--page-size", "3",
+             common=False)
+        r = w.kf(*keys, "shipped/models/p3.json", common=False)
+        self.assertEqual(r.rc, 2, str(r))
+        self.assertIn("PAGE_SIZE", r.err)
+        for bad in ("0", "-1", "x", "16k"):
+            r = w.kf("import-hf", cfg, "--page-size", bad, common=False)
+            self.assertEqual(r.rc, 2, f"--page-size {bad}: {r}")
+            self.assertIn("--page-size", r.err)
+
     def test_import_hf_names_the_model_from_where_the_config_lies(self):
         w = Work(self, "hf-names")
         with open(os.path.join(FIXTURES, "hf", "llama-3.2-1b.config.json")) as f:
