@@ -277,24 +277,27 @@ template <int TILES, class Item> KF_DEVICE void moe_items(int n_slots, Item item
   }
 }
 
-// Entry: grid [G * INTERMEDIATE / 16] (moe_items), block [256], shared_bytes
-// as gate_up_silu's. Item (slot, tile): 16 gate and 16 up rows of the slot's
-// expert; act[slot][r][:] for every real row r.
+// Entry: grid [G * INTERMEDIATE / (16 - 8 HALF_TILES)] (moe_items), block
+// [256], shared_bytes as gate_up_silu's. Item (slot, tile): 16 gate and 16
+// up rows of the slot's expert (HALF_TILES: 8 and 8, one 16-row matrix tile,
+// twice the items: fewer blocks idle in a launch's last wave, as
+// gate_up_silu's HALF_TILES); act[slot][r][:] for every real row r.
 template <class P>
 KF_DEVICE void moe_gate_up_entry(const kf_bf16 *x, const kf_bf16 *w, const int *ids, kf_bf16 *act,
                                  int rows) {
   constexpr int I = P::INTERMEDIATE, H = P::HIDDEN, W = P::W;
   static_assert(I % kGemmTileRows == 0, "INTERMEDIATE must be a multiple of 16");
+  constexpr int kRows = P::HALF_TILES ? kGemmTileRows / 2 : kGemmTileRows;
   __shared__ int list[W * P::TOPK];
   grid_dep_launch();
   grid_dep_wait(); // ids come from the router
   const int n = moe_distinct<W, P::TOPK, P::EXPERTS>(ids, rows, list);
-  moe_items<I / kGemmTileRows>(n, [&](int slot, int tile) {
+  moe_items<I / kRows>(n, [&](int slot, int tile) {
     const long long base = (long long)list[slot] * 2 * I * H;
-    const int n0 = tile * kGemmTileRows;
+    const int n0 = tile * kRows;
     const long long off[2] = {base + (long long)n0 * H, base + (long long)(I + n0) * H};
     kf_bf16 *out = act + (long long)slot * W * I;
-    skinny_gemm_block<H, 2, W, kGemmThreads, false, 1, P::DEEP_RING != 0, 0, true>(
+    skinny_gemm_block<H, 2, W, kGemmThreads, P::HALF_TILES != 0, 1, P::DEEP_RING != 0, 0, true>(
         x, w, off, rows,
         [&](int wrow, int xrow, const float *v) {
           store_bf16(out + (long long)xrow * I + n0 + wrow, silu_mul(v[0], v[1]));

@@ -445,9 +445,9 @@ void check_attention_invariance(std::vector<int> lens) {
 }
 
 // ---- mixture of experts: router, moe_gate_up, moe_down, moe_combine ----------
-template <int H, int I, int E, int K, int W_, int RENORM_> struct MoeP {
+template <int H, int I, int E, int K, int W_, int RENORM_, int HALF_TILES_ = 0> struct MoeP {
   static constexpr int HIDDEN = H, INTERMEDIATE = I, EXPERTS = E, TOPK = K, W = W_,
-                       RENORM = RENORM_, DEEP_RING = 0;
+                       RENORM = RENORM_, DEEP_RING = 0, HALF_TILES = HALF_TILES_;
   static constexpr float SCALE = 1.0f;
 };
 
@@ -464,15 +464,16 @@ template <int H, int I, int E, int K, int W> struct MoeRun {
         logits((size_t)W * E, NAN), y((size_t)W * K * H, NAN), sem(1, 0) {}
 
   // The four launches, shaped as the moe_*.json schemas shape them.
-  template <int RENORM> void run(int rows) {
-    using P = MoeP<H, I, E, K, W, RENORM>;
-    const int slots = std::min({W * K, E, (1024 + I / 16 - 1) / (I / 16)});
+  template <int RENORM, int HALF> void run(int rows) {
+    using P = MoeP<H, I, E, K, W, RENORM, HALF>;
+    constexpr int kTiles = I / (16 - 8 * HALF); // moe_gate_up's items per slot
+    const int slots = std::min({W * K, E, (1024 + kTiles - 1) / kTiles});
     const int down_slots = std::min({W * K, E, (1024 + H / 16 - 1) / (H / 16)});
     emu::launch({(E + 7) / 8, 1, 1}, {256, 1, 1}, [&] {
       kf::moe_router_entry<P>(dev(x), dev(wr), ids.data(), weights.data(), logits.data(),
                               sem.data(), rows);
     });
-    emu::launch({(unsigned)(slots * (I / 16)), 1, 1}, {256, 1, 1},
+    emu::launch({(unsigned)(slots * kTiles), 1, 1}, {256, 1, 1},
                 [&] { kf::moe_gate_up_entry<P>(dev(x), dev(wgu), ids.data(), dev(act), rows); });
     emu::launch({(unsigned)(down_slots * (H / 16)), 1, 1}, {256, 1, 1},
                 [&] { kf::moe_down_entry<P>(dev(act), dev(wd), ids.data(), y.data(), rows); });
@@ -646,14 +647,15 @@ template <int H, int K, int W> void check_moe_combine_shared(int rows) {
 // A whole layer, router to combine: the output against a double-precision
 // layer over the kernel's own choice (act rounded to bf16 as the kernel
 // stores it), pad rows poisoned; then every real row alone at width 1 gives
-// the same bits (rows here share experts: E is small).
-template <int H, int I, int E, int K, int W, int RENORM> void check_moe(int rows) {
+// the same bits (rows here share experts: E is small). HALF: moe_gate_up's
+// HALF_TILES.
+template <int H, int I, int E, int K, int W, int RENORM, int HALF = 0> void check_moe(int rows) {
   bf16 x = random_bf16(W * H), wr = random_bf16((size_t)E * H, 0.25f),
        wgu = random_bf16((size_t)E * 2 * I * H, 0.1f), wd = random_bf16((size_t)E * H * I, 0.1f);
   MoeRun<H, I, E, K, W> m(x, wr, wgu, wd);
-  m.template run<RENORM>(rows);
-  Check c{
-      format("moe layer H=%d I=%d E=%d K=%d W=%d RENORM=%d rows=%d", H, I, E, K, W, RENORM, rows)};
+  m.template run<RENORM, HALF>(rows);
+  Check c{format("moe layer H=%d I=%d E=%d K=%d W=%d RENORM=%d HALF_TILES=%d rows=%d", H, I, E, K,
+                 W, RENORM, HALF, rows)};
   for (int r = 0; r < W; ++r) {
     if (r >= rows) {
       for (int i = 0; i < H; ++i)
@@ -685,7 +687,7 @@ template <int H, int I, int E, int K, int W, int RENORM> void check_moe(int rows
   for (int r = 0; r < rows; ++r) { // batch invariance: the row alone, at width 1
     bf16 x1(x.begin() + r * H, x.begin() + (r + 1) * H);
     MoeRun<H, I, E, K, 1> one(x1, wr, wgu, wd);
-    one.template run<RENORM>(1);
+    one.template run<RENORM, HALF>(1);
     for (int i = 0; i < H; ++i)
       c.same(one.out[i], m.out[r * H + i]);
   }
@@ -759,6 +761,7 @@ int main(int argc, char **argv) {
     check_moe_router_sigmoid<256, 200, 4, 2, 0>(2); // no renormalisation, a part-filled block
     check_moe_combine_shared<2056, 8, 4>(3);        // 2056: a part-filled last pass
     check_moe<256, 256, 3, 2, 2, 1>(2);             // the whole layer; rows share experts
+    check_moe<256, 256, 3, 2, 4, 1, 1>(3);          // moe_gate_up's half tiles
   } else {
     fprintf(stderr, "usage: emu_kernels norm|gemm|gate_up|rope|attention|moe\n");
     return 2;
