@@ -85,6 +85,8 @@ static cJSON *kernel_json(const kf_manifest_kernel *k) {
   cJSON_AddStringToObject(e, "id", k->id);
   cJSON_AddStringToObject(e, "kind", k->kind);
   cJSON_AddNumberToObject(e, "width", k->width);
+  if (k->page_size)
+    cJSON_AddNumberToObject(e, "page_size", k->page_size);
   cJSON_AddStringToObject(e, "key", k->key);
   cJSON_AddStringToObject(e, "object", k->object);
   cJSON_AddStringToObject(e, "meta", k->meta);
@@ -247,6 +249,8 @@ static void load_kernel(kf_manifest *m, const cJSON *o) {
   k->symbol = kf_json_dup_string(o, "symbol");
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "width");
   k->width = cJSON_IsNumber(v) ? v->valueint : 0;
+  v = cJSON_GetObjectItemCaseSensitive(o, "page_size");
+  k->page_size = cJSON_IsNumber(v) ? v->valueint : 0;
   v = cJSON_GetObjectItemCaseSensitive(o, "size");
   k->has_size = cJSON_IsNumber(v);
   k->size = k->has_size ? kf_i64_of_double(v->valuedouble) : 0;

@@ -50,6 +50,7 @@ typedef struct {
   char *id; /* <model>/<kind>/w<W>/<arch> */
   char *kind;
   int width;
+  int page_size;  /* the KV-cache page size it was built for; 0: any (not written) */
   char *key;      /* 32 hex digits (a loaded one is not checked) */
   char *object;   /* objects/<k[0:2]>/<key>/object.cubin|hsaco, relative to v1 */
   char *meta;     /* objects/<k[0:2]>/<key>/meta.json */

@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ typedef struct {
   const char *path;       /* kernels[i].params.NAME */
   const cJSON *given;     /* the description's "shape" object, for family kernels */
   const char *first_read; /* first member of given the expression read */
+  int64_t page_size;      /* the shape's page_size where the expression read it, else 0 */
 } value_place;
 
 static int shape_lookup(void *ctx, const char *name, kf_value *out) {
@@ -91,6 +93,8 @@ static int shape_lookup(void *ctx, const char *name, kf_value *out) {
   for (size_t i = 0; i < m->nshape; i++) {
     if (strcmp(m->shape[i].name, name) == 0 && !m->shape[i].is_string) {
       *out = m->shape[i].value;
+      if (strcmp(name, "page_size") == 0 && !out->is_float)
+        vp->page_size = out->i;
       return 0;
     }
   }
@@ -238,8 +242,10 @@ static void parse_kernel_params(loader *L, kf_model *m, const char *file, const 
       kf_error(file, p, "missing parameter %s of template %s", ps->name, k->tmpl->name);
       L->errors++;
     } else {
-      value_place vp = {m, file, p, strcmp(file, L->display) ? L->shape : NULL, NULL};
+      value_place vp = {m, file, p, strcmp(file, L->display) ? L->shape : NULL, NULL, 0};
       parse_param_value(L, &vp, ps, v, &k->values[i]);
+      if (vp.page_size > 0 && vp.page_size <= INT_MAX)
+        k->page_size = (int)vp.page_size;
     }
     if (ps->is_float && !k->values[i].is_float)
       k->values[i] = (kf_value){1, 0, (double)k->values[i].i};
@@ -865,6 +871,8 @@ static void parse_layer(loader *L, kf_model *m, const char *file, const cJSON *e
     }
     k.phases[i] = pk;
     nvalues += pk->tmpl->nparams;
+    if (pk->page_size)
+      k.page_size = pk->page_size; /* (one shape: every phase that reads it reads the same) */
   }
   if (bad) {
     L->errors++;
@@ -976,7 +984,7 @@ static void parse_layer_types(loader *L, kf_model *m, const family *fam) {
         kf_error(fam->path, p, "name \"%s\" repeats layer_types[%zu]", t->name, j);
         L->errors++;
       }
-    value_place vp = {m, fam->path, p, L->shape, NULL};
+    value_place vp = {m, fam->path, p, L->shape, NULL, 0};
     kf_value v;
     char err[256];
     if (cJSON_IsNumber(count)) {

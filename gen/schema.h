@@ -82,6 +82,10 @@ typedef struct kf_kernel_desc_s {
    * order; tmpl is then a schema made for it (model.c) */
   const struct kf_kernel_desc_s **phases;
   size_t nphases;
+  /* The KV-cache page size the kernel was specialised for: the shape's
+   * page_size where a parameter's expression reads it (a layer kind: where a
+   * phase's does), else 0 (the kernel serves any page size). */
+  int page_size;
 } kf_kernel_desc;
 
 /* Loads <name>.json from the first directory of dirs that holds one and

@@ -181,6 +181,7 @@ int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *a
         kf_manifest_add_kernel(out, in->id, in->kernel->kind, in->width, u->key,
                                kf_unit_object_name(u), u->checksum, u->size, in->symbol);
     e->sha256 = unit_sha256(s, u);
+    e->page_size = in->kernel->page_size;
     kf_manifest_launch *l = &e->launch;
     memcpy(l->grid, in->grid, sizeof l->grid);
     memcpy(l->block, in->block, sizeof l->block);

@@ -156,6 +156,8 @@ const char *kf_strerror(kf_status status) {
     return "a cooperative kernel's blocks cannot all be resident at once";
   case KF_ERR_UNTRUSTED:
     return "a cache file others could have changed, or a link inside the cache";
+  case KF_ERR_NO_PAGE_SIZE:
+    return "no kernel of this kind for that page size";
   }
   return "unknown status";
 }

@@ -164,6 +164,7 @@ typedef struct rt_kdesc {
   char *object; /* relative to <cache>/v1 */
   char *meta;   /* relative to <cache>/v1 */
   int width;
+  int page_size;              /* "page_size": the KV-cache page size it serves; 0: any */
   unsigned char checksum[16]; /* XXH3-128, canonical (big-endian) */
   unsigned char sha256[32];   /* the object's, where has_sha256 */
   int has_sha256;             /* "sha256" given: what a signed manifest binds */

@@ -136,6 +136,37 @@ void rt_kernel_unload(kf_kernel *k) {
 }
 
 kf_status kf_kernel_find(kf_runtime *rt, const char *kind, int rows, kf_kernel **kernel) {
+  return kf_kernel_find_ex(rt, kind, rows, NULL, kernel);
+}
+
+/* Whether kernel k serves the variant v (NULL: any). */
+static int serves(const kf_kernel *k, const kf_variant *v) {
+  return !v || v->page_size <= 0 || k->d->page_size == 0 || k->d->page_size == v->page_size;
+}
+
+/* KF_ERR_NO_PAGE_SIZE for kind group g, which has no kernel for v: the
+ * reason names the page sizes it was built for. */
+static kf_status no_page_size(kf_runtime *rt, const rt_kind *g, const kf_variant *v) {
+  rt_err err;
+  char sizes[128];
+  size_t used = 0;
+  sizes[0] = '\0';
+  for (int j = 0; j < g->n && used < sizeof sizes; j++) {
+    int p = g->by_width[j]->d->page_size, seen = 0;
+    for (int q = 0; q < j; q++)
+      seen |= g->by_width[q]->d->page_size == p;
+    if (!seen)
+      used += (size_t)snprintf(sizes + used, sizeof sizes - used, "%s%d", used ? ", " : "", p);
+  }
+  rt_err_set(&err, KF_ERR_NO_PAGE_SIZE,
+             "kind '%s' of model '%s' is built for KV-cache pages of %s tokens, not %d: build a "
+             "description with page_size %d (kforge import-hf --page-size %d)",
+             g->kind, rt->manifest.model, sizes, v->page_size, v->page_size, v->page_size);
+  return rt_slot_record(&rt->err, &err);
+}
+
+kf_status kf_kernel_find_ex(kf_runtime *rt, const char *kind, int rows, const kf_variant *variant,
+                            kf_kernel **kernel) {
   rt_err err;
   if (kernel)
     *kernel = NULL;
@@ -149,13 +180,24 @@ kf_status kf_kernel_find(kf_runtime *rt, const char *kind, int rows, kf_kernel *
                rows);
     return rt_slot_record(&rt->err, &err);
   }
+  if (variant && variant->page_size < 0) {
+    rt_err_set(&err, KF_ERR_INVALID_ARGUMENT,
+               "kf_kernel_find_ex: page_size must be 0 (any) or positive, got %d",
+               variant->page_size);
+    return rt_slot_record(&rt->err, &err);
+  }
   for (int i = 0; i < rt->nkinds; i++) {
     const rt_kind *g = &rt->kinds[i];
     if (strcmp(g->kind, kind) != 0)
       continue;
+    int any = 0;
+    for (int j = 0; j < g->n; j++)
+      any |= serves(g->by_width[j], variant);
+    if (!any)
+      return no_page_size(rt, g, variant);
     for (int j = 0; j < g->n; j++) {
       kf_kernel *k = g->by_width[j];
-      if (k->d->width < rows)
+      if (k->d->width < rows || !serves(k, variant))
         continue;
       if (rt_kernel_load(k, &err) != KF_OK) {
         rt_slot_record(&k->err, &err);
@@ -260,6 +302,8 @@ const char *kf_kernel_kind(const kf_kernel *k) { return k ? k->d->kind : NULL; }
 const char *kf_kernel_symbol(const kf_kernel *k) { return k ? k->d->symbol : NULL; }
 
 int kf_kernel_width(const kf_kernel *k) { return k ? k->d->width : 0; }
+
+int kf_kernel_page_size(const kf_kernel *k) { return k ? k->d->page_size : 0; }
 
 int kf_kernel_param_count(const kf_kernel *k) { return k ? k->d->nparams : 0; }
 

@@ -266,11 +266,12 @@ enum {
   F_LAUNCH,
   F_BUFFERS,
   F_SHA256,
+  F_PAGE_SIZE,
   F_COUNT
 };
 static const char *const kernel_fields[F_COUNT] = {
-    "id",   "kind",   "width",  "key",    "object",  "meta",  "checksum",
-    "size", "symbol", "params", "launch", "buffers", "sha256"};
+    "id",   "kind",   "width",  "key",    "object",  "meta",   "checksum",
+    "size", "symbol", "params", "launch", "buffers", "sha256", "page_size"};
 
 /* Finds the members in one walk over the entry instead of one walk per
  * member: the first of a repeated name wins, as with
@@ -407,6 +408,12 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
     return st;
   if (get_int(c, f[F_SIZE], "size", 0, 9007199254740992.0, &size, &st) != 0)
     return st;
+  if (f[F_PAGE_SIZE]) {
+    long long page_size;
+    if (get_int(c, f[F_PAGE_SIZE], "page_size", 1, 1 << 20, &page_size, &st) != 0)
+      return st;
+    k->page_size = (int)page_size;
+  }
 
   if (!valid_kind(kind))
     return bad(c, "kind", "'%s' is not [a-z0-9_]+", kind);

@@ -33,6 +33,11 @@ class Arg(ctypes.Structure):
     _fields_ = [("value", ctypes.c_void_p), ("size", ctypes.c_size_t)]
 
 
+class Variant(ctypes.Structure):
+    """kf_variant of runtime.h."""
+    _fields_ = [("page_size", ctypes.c_int)]
+
+
 class Buffer(ctypes.Structure):
     """kf_buffer of runtime.h."""
     _fields_ = [("arg", ctypes.c_char_p), ("param", ctypes.c_int), ("bytes", ctypes.c_size_t),
@@ -121,12 +126,14 @@ def _declare(lib):
                                       ctypes.POINTER(ctypes.POINTER(S)), ctypes.POINTER(I)]),
         "kf_runtime_kernel": (I, [P, I, PP]),
         "kf_kernel_find": (I, [P, S, I, PP]),
+        "kf_kernel_find_ex": (I, [P, S, I, ctypes.POINTER(Variant), PP]),
         "kf_kernel_launch": (I, [P, P, ctypes.POINTER(Arg), ctypes.c_size_t]),
         "kf_kernel_error": (I, [P, ctypes.c_char_p, ctypes.c_size_t]),
         "kf_kernel_id": (S, [P]),
         "kf_kernel_kind": (S, [P]),
         "kf_kernel_symbol": (S, [P]),
         "kf_kernel_width": (I, [P]),
+        "kf_kernel_page_size": (I, [P]),
         "kf_kernel_param_count": (I, [P]),
         "kf_kernel_param": (I, [P, I, ctypes.POINTER(S), ctypes.POINTER(S),
                                 ctypes.POINTER(ctypes.c_size_t)]),

@@ -35,6 +35,7 @@ class Status(enum.IntEnum):
     BAD_META = 15
     CORESIDENCY = 16
     UNTRUSTED = 17
+    NO_PAGE_SIZE = 18
 
 
 class Error(Exception):
@@ -153,16 +154,23 @@ class Runtime:
             out.append(lib.kf_kernel_id(k).decode())
         return out
 
-    def kernel(self, kind, rows):
+    def kernel(self, kind, rows, page_size=None):
         """The kernel of `kind` for `rows` rows (smallest width >= rows).
-        NoKernelError when rows exceed the largest width."""
+        NoKernelError when rows exceed the largest width. page_size: the
+        tokens per page of the caller's KV cache; a kernel built for another
+        (attention, the KV write, layer kernels) raises Error with status
+        NO_PAGE_SIZE; None: any."""
         rows = operator.index(rows)
-        key = (kind, rows)
+        page = 0 if page_size is None else operator.index(page_size)
+        if page < 0:
+            raise ValueError(f"page_size must be positive, got {page}")
+        key = (kind, rows, page)
         k = self._kernels.get(key)
         if k is None:
             h = ctypes.c_void_p()
-            st = lib.kf_kernel_find(self._handle(), str(kind).encode(), rows,
-                                    ctypes.byref(h))
+            v = _lib.Variant(page)
+            st = lib.kf_kernel_find_ex(self._handle(), str(kind).encode(), rows,
+                                       ctypes.byref(v), ctypes.byref(h))
             if st != 0:
                 raise _last_error(st)
             k = self._kernels[key] = Kernel(self, h.value, rows)
@@ -227,6 +235,8 @@ class Kernel:
         self.kind = lib.kf_kernel_kind(handle).decode()
         self.symbol = lib.kf_kernel_symbol(handle).decode()
         self.width = lib.kf_kernel_width(handle)
+        # the KV-cache page size it was built for; None: it takes none
+        self.page_size = lib.kf_kernel_page_size(handle) or None
         params, sizes = [], []
         for i in range(lib.kf_kernel_param_count(handle)):
             name, typ, size = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_size_t()

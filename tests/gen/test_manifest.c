@@ -95,6 +95,31 @@ KF_TEST(manifest__optional_launch_members_are_written_when_they_apply) {
   free(path);
 }
 
+KF_TEST(manifest__a_kernels_page_size_follows_its_width_and_reads_back) {
+  kf_manifest m;
+  sample(&m, 0);
+  m.kernels[0].page_size = 16;
+  char *text = kf_manifest_text(&m);
+  KF_CHECK_CONTAINS(text, "\t\t\t\"width\":\t2,\n"
+                          "\t\t\t\"page_size\":\t16,\n"
+                          "\t\t\t\"key\":");
+  kf_manifest back;
+  char *err = NULL;
+  KF_CHECK(kf_manifest_parse(text, strlen(text), &back, &err) == 0 && back.nkernels == 1);
+  if (back.nkernels == 1)
+    KF_CHECK(back.kernels[0].page_size == 16);
+  kf_manifest_free(&back);
+  free(err);
+  free(text);
+  kf_manifest_free(&m);
+  /* 0 (the kernel takes no page size): no member */
+  sample(&m, 0);
+  text = kf_manifest_text(&m);
+  KF_CHECK(strstr(text, "page_size") == NULL);
+  free(text);
+  kf_manifest_free(&m);
+}
+
 KF_TEST(manifest__layer_types_are_written_after_the_header_when_there_are_some) {
   kf_manifest m;
   sample(&m, 0);

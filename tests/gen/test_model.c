@@ -87,6 +87,28 @@ KF_TEST(model__loads_description_with_family_preset) {
   free(desc);
 }
 
+KF_TEST(model__a_kernel_that_reads_the_shapes_page_size_is_built_for_it) {
+  fx_model_tree();
+  kf_model *m =
+      fx_load_desc("models/m.json",
+                   "{\"name\": \"m\", \"shape\": {\"hidden_size\": 1024, \"page_size\": 64},\n"
+                   " \"kernels\": [\n"
+                   "  {\"kind\": \"attn\", \"template\": \"t_all\", \"params\": {\"N\": 64, "
+                   "\"EPS\": 0.5, \"PAGE\": \"page_size\"}},\n"
+                   "  {\"kind\": \"norm\", \"template\": \"t_all\", \"params\": {\"N\": "
+                   "\"hidden_size\", \"EPS\": 0.5, \"PAGE\": 16}},\n"
+                   "  {\"kind\": \"tiles\", \"template\": \"t_all\", \"params\": {\"N\": "
+                   "\"page_size * 16\", \"EPS\": 0.5, \"PAGE\": 16}}]}\n",
+                   NULL, NULL);
+  KF_CHECK(m && m->nkernels == 3);
+  if (m && m->nkernels == 3) {
+    KF_CHECK(kernel(m, "attn")->page_size == 64);
+    KF_CHECK(kernel(m, "norm")->page_size == 0); /* a page size of 16, but not the shape's */
+    KF_CHECK(kernel(m, "tiles")->page_size == 64);
+  }
+  kf_model_free(m);
+}
+
 KF_TEST(model__description_kernel_replaces_the_family_kind) {
   fx_model_tree();
   char *desc = kf_xasprintf(FAM_DESC, ",\n \"kernels\": [{\"kind\": \"proj\", \"template\": "

@@ -175,6 +175,34 @@ class BindingTest(unittest.TestCase):
             self.open()
         self.assertIn("layer_types[1].kinds[0]: error: 'router' has no kernel", cm.exception.reason)
 
+    def test_kernel_for_a_page_size(self):
+        """A kernel the manifest says was built for pages of 16 tokens serves
+        page_size 16 (or None) and refuses another with NO_PAGE_SIZE; one
+        that takes no page size serves any."""
+        import json
+        self.make()
+        path = os.path.join(self.cache, "v1", "manifests", "m", "sm_90a.json")
+        with open(path) as f:
+            man = json.load(f)
+        for k in man["kernels"]:
+            if k["kind"] == "proj":
+                k["page_size"] = 16
+        with open(path, "w") as f:
+            json.dump(man, f)
+        rt = self.open()
+        self.assertEqual(rt.kernel("proj", 2).page_size, 16)
+        self.assertEqual(rt.kernel("proj", 2, page_size=16).width, 4)
+        with self.assertRaises(kforge.Error) as cm:
+            rt.kernel("proj", 2, page_size=1)
+        self.assertEqual(cm.exception.status, kforge.Status.NO_PAGE_SIZE)
+        self.assertNotIsInstance(cm.exception, kforge.NoKernelError)
+        self.assertIn("built for KV-cache pages of 16 tokens, not 1", cm.exception.reason)
+        norm = rt.kernel("norm", 3, page_size=1)
+        self.assertEqual((norm.width, norm.page_size), (4, None))
+        with self.assertRaises(ValueError):
+            rt.kernel("norm", 3, page_size=-2)
+        rt.close()
+
     def test_open_reports_arch_model_and_kernel_ids(self):
         self.make()
         self.make(arch="sm_90")

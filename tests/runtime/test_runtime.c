@@ -299,6 +299,103 @@ KF_TEST(find__rows_above_the_largest_width_get_a_distinct_status) {
   drop_cache(cache);
 }
 
+/* Gives every kernel of kind in cache's sm_90a manifest of model "m"
+ * "page_size": page (after its width), as kforge writes it for a kernel
+ * whose parameters read the shape's page_size. */
+static void set_page_size(const char *cache, const char *kind, int page) {
+  char *path = fx_manifest_path(cache, "m", "sm_90a"), want[128], *text, *out;
+  FILE *f = fopen(path, "rb");
+  long len;
+  size_t used = 0;
+  KF_CHECK(f != NULL);
+  fseek(f, 0, SEEK_END);
+  len = ftell(f);
+  rewind(f);
+  text = calloc((size_t)len + 1, 1);
+  out = calloc((size_t)len * 2 + 1, 1);
+  KF_CHECK(text && out && fread(text, 1, (size_t)len, f) == (size_t)len);
+  fclose(f);
+  snprintf(want, sizeof want, "\"kind\": \"%s\",\n      \"width\": ", kind);
+  for (const char *at = text, *hit; *at; at = hit) {
+    if (!(hit = strstr(at, want))) {
+      strcpy(out + used, at);
+      break;
+    }
+    const char *eol = strchr(hit, '\n') + 1;
+    eol = strchr(eol, '\n') + 1; /* past the width's line */
+    memcpy(out + used, at, (size_t)(eol - at));
+    used += (size_t)(eol - at);
+    used += (size_t)sprintf(out + used, "      \"page_size\": %d,\n", page);
+    hit = eol;
+  }
+  KF_CHECK(strstr(out, "page_size") != NULL);
+  KF_CHECK(fx_write_file(path, out, strlen(out)) == 0);
+  free(text);
+  free(out);
+  free(path);
+}
+
+KF_TEST(find__a_kernel_built_for_a_page_size_serves_only_that_one) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1), reason[512];
+  kf_runtime *rt = NULL;
+  kf_kernel *k = NULL;
+  kf_variant v;
+  fresh();
+  set_page_size(cache, "proj", 16);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  memset(&v, 0, sizeof v);
+  /* any page size (0, NULL, plain find): the kernel as built */
+  KF_CHECK(kf_kernel_find_ex(rt, "proj", 3, &v, &k) == KF_OK && kf_kernel_page_size(k) == 16);
+  KF_CHECK(kf_kernel_find_ex(rt, "proj", 3, NULL, &k) == KF_OK);
+  KF_CHECK(kf_kernel_find(rt, "proj", 3, &k) == KF_OK && kf_kernel_width(k) == 4);
+  v.page_size = 16;
+  KF_CHECK(kf_kernel_find_ex(rt, "proj", 3, &v, &k) == KF_OK && kf_kernel_width(k) == 4);
+  /* another page size: refused, naming what it was built for */
+  v.page_size = 1;
+  k = (kf_kernel *)1;
+  KF_CHECK(kf_kernel_find_ex(rt, "proj", 3, &v, &k) == KF_ERR_NO_PAGE_SIZE && k == NULL);
+  KF_CHECK(kf_runtime_error(rt, reason, sizeof reason) == KF_ERR_NO_PAGE_SIZE);
+  KF_CHECK_CONTAINS(reason, "kind 'proj' of model 'm' is built for KV-cache pages of 16 tokens");
+  KF_CHECK_CONTAINS(reason, "page_size 1");
+  KF_CHECK_STR_EQ(kf_strerror(KF_ERR_NO_PAGE_SIZE), "no kernel of this kind for that page size");
+  /* kernels that take no page size serve any */
+  KF_CHECK(kf_kernel_find_ex(rt, "norm", 3, &v, &k) == KF_OK && kf_kernel_page_size(k) == 0);
+  KF_CHECK(kf_kernel_width(k) == 4);
+  /* the other refusals keep their order: kind, then width */
+  KF_CHECK(kf_kernel_find_ex(rt, "qkv", 1, &v, &k) == KF_ERR_NO_KIND);
+  KF_CHECK(kf_kernel_find_ex(rt, "norm", 9, &v, &k) == KF_ERR_NO_WIDTH);
+  v.page_size = -1;
+  KF_CHECK(kf_kernel_find_ex(rt, "norm", 1, &v, &k) == KF_ERR_INVALID_ARGUMENT);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+}
+
+KF_TEST(open__refuses_a_page_size_that_is_no_positive_integer) {
+  const char *arches[] = {"sm_90a"};
+  const char *bad[] = {"0", "-16", "1.5", "\"16\""};
+  fresh();
+  for (int i = 0; i < 4; i++) {
+    char *cache = std_cache(arches, 1), *path = fx_manifest_path(cache, "m", "sm_90a");
+    kf_runtime *rt = NULL;
+    set_page_size(cache, "proj", 16);
+    FILE *f = fopen(path, "rb");
+    char text[16384], fixed[16400];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    char *at = strstr(text, "\"page_size\": 16");
+    KF_CHECK(at != NULL);
+    snprintf(fixed, sizeof fixed, "%.*s\"page_size\": %s%s", (int)(at - text), text, bad[i],
+             at + strlen("\"page_size\": 16"));
+    KF_CHECK(fx_write_file(path, fixed, strlen(fixed)) == 0);
+    KF_CHECK(open_cuda(cache, 0, &rt) == KF_ERR_BAD_MANIFEST && rt == NULL);
+    KF_CHECK_CONTAINS(kf_last_error(), "page_size");
+    free(path);
+    drop_cache(cache);
+  }
+}
+
 KF_TEST(launch__uses_the_manifests_config_and_passes_the_arguments) {
   fx_spec specs[] = {{"norm", 4, NORM_PARAMS, 4096, NULL, 0, 0}};
   char *cache = fx_tmpdir(), sym[256];

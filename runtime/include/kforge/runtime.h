@@ -60,8 +60,9 @@ typedef enum kf_status {
   KF_ERR_ARGS = 14,            /* arguments do not match the parameter list */
   KF_ERR_BAD_META = 15,        /* meta.json missing or malformed */
   KF_ERR_CORESIDENCY = 16,     /* a cooperative kernel's grid cannot be resident at once */
-  KF_ERR_UNTRUSTED = 17        /* a cache file or directory others could change, or a link
+  KF_ERR_UNTRUSTED = 17,       /* a cache file or directory others could change, or a link
                                   inside the cache (see kf_runtime_open) */
+  KF_ERR_NO_PAGE_SIZE = 18     /* the kind's kernels were built for another KV-cache page size */
 } kf_status;
 
 typedef enum kf_backend {
@@ -192,6 +193,20 @@ KF_API kf_status kf_runtime_kernel(kf_runtime *rt, int i, kf_kernel **kernel);
  * leaves pad rows alone. */
 KF_API kf_status kf_kernel_find(kf_runtime *rt, const char *kind, int rows, kf_kernel **kernel);
 
+/* What a caller needs of a kernel besides its kind and rows. Zero a
+ * kf_variant before setting fields (fields may be added; zero means "any"). */
+typedef struct kf_variant {
+  int page_size; /* tokens per page of the caller's KV cache; 0: any */
+} kf_variant;
+
+/* kf_kernel_find for a variant (NULL: as kf_kernel_find). A kernel built for
+ * a KV-cache page size (kf_kernel_page_size > 0: attention, the KV write,
+ * layer kernels) serves only that page size: another one fails with
+ * KF_ERR_NO_PAGE_SIZE, whose reason names the page size it was built for;
+ * kernels that take no page size serve any. */
+KF_API kf_status kf_kernel_find_ex(kf_runtime *rt, const char *kind, int rows,
+                                   const kf_variant *variant, kf_kernel **kernel);
+
 /* Launches kernel on stream (a CUstream / hipStream_t; NULL is the default
  * stream) with the manifest's grid, block and dynamic shared memory. args[i]
  * must match parameter i's size, nargs the parameter count, and a trailing
@@ -209,6 +224,9 @@ KF_API const char *kf_kernel_id(const kf_kernel *kernel);
 KF_API const char *kf_kernel_kind(const kf_kernel *kernel);
 KF_API const char *kf_kernel_symbol(const kf_kernel *kernel);
 KF_API int kf_kernel_width(const kf_kernel *kernel);
+/* The KV-cache page size the kernel was built for (the manifest's
+ * "page_size"); 0: it takes none and serves any. */
+KF_API int kf_kernel_page_size(const kf_kernel *kernel);
 KF_API int kf_kernel_param_count(const kf_kernel *kernel);
 /* Parameter i's name, C type ("const kf_bf16*") and size in bytes; any out
  * pointer may be NULL. KF_ERR_INVALID_ARGUMENT when i is out of range. */
