@@ -281,7 +281,11 @@ class Model:
             rt = kforge.Runtime(cache, name, device=torch.cuda.current_device())
         except kforge.Error as e:  # e.g. no kernels for this model: names the build command
             raise ExampleError(str(e)) from None
-        page_size = built_page_size(cache, name, rt.arch)
+        # the page size the attention kernels were built for (the manifest's)
+        page_size = rt.kernel("decode_attention", 1).page_size
+        if not page_size:
+            raise ExampleError(f"{cache}: the manifest of {name} names no page size for "
+                               "decode_attention (written by an older kforge): build it again")
         w = load_safetensors(model_dir)
         embed = w["model.embed_tokens.weight"].to(torch.bfloat16)
         lm_head = embed if s.tied else w["lm_head.weight"].to(torch.bfloat16)
@@ -300,7 +304,9 @@ class Model:
         s, rows = self.s, len(prompts)
         if rows == 0 or any(len(p) == 0 for p in prompts):
             raise ExampleError("every prompt needs at least one token")
-        ks = {kind: self.rt.kernel(kind, rows) for kind in KINDS}
+        # every kind for this step's rows and the KV cache's page size (a kernel
+        # built for another page size is refused, NO_PAGE_SIZE)
+        ks = {kind: self.rt.kernel(kind, rows, page_size=self.page_size) for kind in KINDS}
         width = ks["qkv_proj"].width
         steps = max(len(p) for p in prompts) + new_tokens - 1
         total = [len(p) + new_tokens - 1 for p in prompts]  # tokens each row's cache holds
@@ -376,22 +382,6 @@ class Model:
                     out[r].append(nxt[r])
                     fed[r] = nxt[r]
         return out, steps, elapsed
-
-
-def built_page_size(cache, name, arch):
-    """The page size the kernels in the cache were built for: decode
-    attention's PAGE_SIZE, one of the parameters its key records (the "param"
-    inputs of its meta.json, docs/contracts.md)."""
-    manifest = os.path.join(cache, "v1", "manifests", name, arch + ".json")
-    with open(manifest) as f:
-        kernels = json.load(f)["kernels"]
-    for k in kernels:
-        if k["kind"] == "decode_attention":
-            with open(os.path.join(cache, "v1", k["meta"])) as f:
-                for rec in json.load(f)["inputs"]:
-                    if rec["tag"] == "param" and rec["name"] == "PAGE_SIZE":
-                        return int(rec["value"])
-    raise ExampleError(f"{manifest}: no decode_attention kernel with a PAGE_SIZE")
 
 
 def device_arch():
