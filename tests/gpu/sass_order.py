@@ -11,8 +11,9 @@ of memory nothing writes while the kernel runs, and has hoisted such loads
 above the wait (a GEMM variant on sm_90a: its activation loads and matrix
 instructions all ran ahead of it, notes/perf/journal.md v12). So this reads the
 SASS. Before the first ACQBULK a kernel may issue:
-  - the GEMMs (qkv_proj, o_proj, gate_up_proj, down_proj): their weight copies
-    (LDGSTS) and shared-memory reads, nothing else from global memory;
+  - the GEMMs (qkv_proj, o_proj, gate_up_proj, down_proj, and GLM-4.5's shared
+    expert, shared_gate_up and shared_down): their weight copies (LDGSTS) and
+    shared-memory reads, nothing else from global memory;
   - decode_attention: 32-bit loads (seq_lens, page-table entries), 128-bit
     loads on the read-only, non-allocating path (LDG.E.NA.128.CONSTANT, the
     older tokens' K and V through load_stream) and L2 prefetches (of older
@@ -35,7 +36,7 @@ import re
 import subprocess
 import sys
 
-GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "shared_gate_up", "shared_down")
 ANYWHERE_FORBIDDEN = re.compile(r"^(STG|ST|ATOM|ATOMG|RED|REDG|HMMA|HGMMA)\b")
 
 
