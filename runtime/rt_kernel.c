@@ -190,14 +190,13 @@ kf_status kf_kernel_find_ex(kf_runtime *rt, const char *kind, int rows, const kf
     const rt_kind *g = &rt->kinds[i];
     if (strcmp(g->kind, kind) != 0)
       continue;
-    int any = 0;
-    for (int j = 0; j < g->n; j++)
-      any |= serves(g->by_width[j], variant);
-    if (!any)
-      return no_page_size(rt, g, variant);
+    int served = 0; /* a kernel of the kind serves the variant, at some width */
     for (int j = 0; j < g->n; j++) {
       kf_kernel *k = g->by_width[j];
-      if (k->d->width < rows || !serves(k, variant))
+      if (!serves(k, variant))
+        continue;
+      served = 1;
+      if (k->d->width < rows)
         continue;
       if (rt_kernel_load(k, &err) != KF_OK) {
         rt_slot_record(&k->err, &err);
@@ -206,6 +205,8 @@ kf_status kf_kernel_find_ex(kf_runtime *rt, const char *kind, int rows, const kf
       *kernel = k;
       return KF_OK;
     }
+    if (!served)
+      return no_page_size(rt, g, variant);
     rt_err_set(&err, KF_ERR_NO_WIDTH,
                "%d rows exceed the largest width of kind '%s' (%d) in model "
                "'%s': use the fallback path",

@@ -256,6 +256,7 @@ enum {
   F_ID,
   F_KIND,
   F_WIDTH,
+  F_PAGE_SIZE,
   F_KEY,
   F_OBJECT,
   F_META,
@@ -266,12 +267,11 @@ enum {
   F_LAUNCH,
   F_BUFFERS,
   F_SHA256,
-  F_PAGE_SIZE,
   F_COUNT
 };
 static const char *const kernel_fields[F_COUNT] = {
-    "id",   "kind",   "width",  "key",    "object",  "meta",   "checksum",
-    "size", "symbol", "params", "launch", "buffers", "sha256", "page_size"};
+    "id",       "kind", "width",  "page_size", "key",    "object",  "meta",
+    "checksum", "size", "symbol", "params",    "launch", "buffers", "sha256"};
 
 /* Finds the members in one walk over the entry instead of one walk per
  * member: the first of a repeated name wins, as with
