@@ -86,10 +86,22 @@ def model_name(model_dir):
     return name or "model"
 
 
+def page_size_list(page_size):
+    """page_size as a list: None, tokens per page, or several (the first is
+    the one served)."""
+    if page_size is None:
+        return []
+    if isinstance(page_size, int):
+        return [page_size]
+    return list(page_size)
+
+
 def prepare_kernels(model_dir, cache, arch, name, widths=None, page_size=None, kforge=None):
     """Writes <cache>/descriptions/<name>.json from config.json and builds its
-    kernels for arch into cache. Returns the description's path, or None when
-    no kforge binary is found (the cache must then hold the kernels)."""
+    kernels for arch into cache. page_size: tokens per KV-cache page, or a
+    list of them (the description's page_sizes, the first its default).
+    Returns the description's path, or None when no kforge binary is found
+    (the cache must then hold the kernels)."""
     kforge = kforge or find_kforge()
     if kforge is None:
         return None
@@ -102,8 +114,11 @@ def prepare_kernels(model_dir, cache, arch, name, widths=None, page_size=None, k
     d = json.loads(r.stdout)
     if widths:
         d["widths"] = sorted(set(widths))
-    if page_size:
-        d["shape"]["page_size"] = page_size
+    pages = page_size_list(page_size)
+    if pages:
+        d["shape"]["page_size"] = pages[0]
+    if len(pages) > 1:
+        d["page_sizes"] = pages
     text = json.dumps(d, indent=2) + "\n"
     try:
         with open(desc) as f:
@@ -281,11 +296,15 @@ class Model:
             rt = kforge.Runtime(cache, name, device=torch.cuda.current_device())
         except kforge.Error as e:  # e.g. no kernels for this model: names the build command
             raise ExampleError(str(e)) from None
-        # the page size the attention kernels were built for (the manifest's)
-        page_size = rt.kernel("decode_attention", 1).page_size
-        if not page_size:
+        # the page size to serve: the first asked, else the manifest's first
+        if not rt.page_sizes:
             raise ExampleError(f"{cache}: the manifest of {name} names no page size for "
                                "decode_attention (written by an older kforge): build it again")
+        pages = page_size_list(page_size)
+        page_size = pages[0] if pages else rt.page_sizes[0]
+        if page_size not in rt.page_sizes:
+            raise ExampleError(f"{cache}: the kernels of {name} serve pages of "
+                               f"{', '.join(map(str, rt.page_sizes))} tokens, not {page_size}")
         w = load_safetensors(model_dir)
         embed = w["model.embed_tokens.weight"].to(torch.bfloat16)
         lm_head = embed if s.tied else w["lm_head.weight"].to(torch.bfloat16)
@@ -411,12 +430,18 @@ def main(argv=None):
     ap.add_argument("--arch", help="default: the GPU's (sm_90a on an H200)")
     ap.add_argument("--name", help="description name (default: from the directory)")
     ap.add_argument("--widths", help="widths to build, e.g. 1,2,4,8 (default: the family's)")
-    ap.add_argument("--page-size", type=int, help="tokens per KV page (default: the family's)")
+    ap.add_argument("--page-size", help="tokens per KV page (default: the family's); a list "
+                    "such as 16,1 builds the kernels for each and serves the first")
     ap.add_argument("--build-only", action="store_true",
                     help="write the description and build the kernels, then stop")
     a = ap.parse_args(argv)
     try:
         widths = [int(x) for x in a.widths.split(",")] if a.widths else None
+        try:
+            pages = [int(x) for x in a.page_size.split(",")] if a.page_size else None
+        except ValueError:
+            raise ExampleError(f"--page-size {a.page_size}: expected tokens per page, or a "
+                               "list such as 16,1") from None
         name = a.name or model_name(a.model_dir)
         if a.build_only:
             read_config(a.model_dir)
@@ -424,11 +449,11 @@ def main(argv=None):
             if kforge is None:
                 raise ExampleError("no kforge binary (set KFORGE_BIN, or build this checkout)")
             desc = prepare_kernels(a.model_dir, a.cache, a.arch or "sm_90a", name, widths,
-                                   a.page_size, kforge)
+                                   pages, kforge)
             print(f"kernels of {desc} for {a.arch or 'sm_90a'} are in {a.cache}")
             return 0
         prompts = [parse_prompt(p) for p in a.prompt] or [[1, 2, 3, 4], [5, 6]]
-        model = Model.load(a.model_dir, a.cache, a.arch, name, widths, a.page_size)
+        model = Model.load(a.model_dir, a.cache, a.arch, name, widths, pages)
         out, steps, secs = model.generate(prompts, a.new_tokens)
     except ExampleError as e:
         print(f"decode.py: {e}", file=sys.stderr)

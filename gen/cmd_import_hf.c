@@ -16,7 +16,7 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--page-size N]\n"
+    "usage: kforge import-hf CONFIG.json [-o OUT.json] [--name NAME] [--page-size N[,N...]]\n"
     "                        [--families DIR]\n"
     "Writes a description of the family that matches the config's model_type (llama,\n"
     "mistral (family llama), qwen2, qwen3, qwen3_moe, mixtral, glm4_moe) to OUT.json, or to\n"
@@ -27,7 +27,9 @@ static const char usage[] =
     "scaling or dtype, a sliding window, quantized weights, a shared expert) is refused,\n"
     "exit 2. --page-size: the tokens per page of the serving engine's KV cache (the\n"
     "shape's page_size; the family's default when not given; kforge build checks it\n"
-    "against the attention templates: 1, 2, 4, 8, 16, 32 or 64).\n";
+    "against the attention templates: 1, 2, 4, 8, 16, 32 or 64); a list such as 16,1\n"
+    "builds the kinds that read it once per size (the description's page_sizes), the\n"
+    "first being the one served when a caller names none.\n";
 
 static const struct {
   const char *model_type;
@@ -491,7 +493,7 @@ done:
 
 int kf_cmd_import_hf(int argc, char **argv) {
   const char *in = NULL, *out = NULL, *name = NULL, *fam_dir = kf_default_families_dir();
-  long page_size = 0; /* 0: the family's default */
+  int pages[16], npages = 0; /* none: the family's default */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -504,12 +506,27 @@ int kf_cmd_import_hf(int argc, char **argv) {
     else if (!strcmp(a, "--families") && i + 1 < argc)
       fam_dir = argv[++i];
     else if (!strcmp(a, "--page-size") && i + 1 < argc) {
-      char *end;
-      errno = 0;
-      page_size = strtol(argv[++i], &end, 10);
-      if (errno || *end || end == argv[i] || page_size < 1 || page_size > 1 << 20) {
-        kf_usage_error(usage, "--page-size '%s': expected a positive number of tokens", argv[i]);
-        return 2;
+      const char *arg = argv[++i];
+      npages = 0;
+      for (const char *at = arg;; at++) {
+        char *end;
+        errno = 0;
+        long v = strtol(at, &end, 10);
+        int dup = 0;
+        for (int k = 0; k < npages; k++)
+          dup |= pages[k] == v;
+        if (errno || end == at || !isdigit((unsigned char)*at) || v < 1 || v > 1 << 20 || dup ||
+            npages == (int)(sizeof pages / sizeof pages[0]) || (*end && *end != ',')) {
+          kf_usage_error(usage,
+                         "--page-size '%s': expected tokens per page, or a list of different "
+                         "ones such as 16,1 (at most %zu)",
+                         arg, sizeof pages / sizeof pages[0]);
+          return 2;
+        }
+        pages[npages++] = (int)v;
+        if (!*end)
+          break;
+        at = end;
       }
     } else if (a[0] != '-' && !in)
       in = a;
@@ -533,14 +550,16 @@ int kf_cmd_import_hf(int argc, char **argv) {
   const char *family = cJSON_GetObjectItemCaseSensitive(desc, "family")->valuestring;
   const char *model_name = cJSON_GetObjectItemCaseSensitive(desc, "name")->valuestring;
   cJSON *shape = cJSON_GetObjectItemCaseSensitive(desc, "shape");
-  if (page_size) {
+  if (npages) {
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(fam, "optional_fields");
     if (!cJSON_GetObjectItemCaseSensitive(opt, "page_size")) {
       kf_error(NULL, "--page-size", "family %s has no page_size field", family);
       goto done;
     }
     cJSON_DeleteItemFromObjectCaseSensitive(shape, "page_size");
-    cJSON_AddNumberToObject(shape, "page_size", (double)page_size);
+    cJSON_AddNumberToObject(shape, "page_size", pages[0]);
+    if (npages > 1)
+      cJSON_AddItemToObject(desc, "page_sizes", cJSON_CreateIntArray(pages, npages));
   }
   char *fam_trimmed = kf_xstrndup(fam_dir, len_without_slashes(fam_dir)); /* models/families/ */
   char *models_dir = kf_path_dirname(fam_trimmed);

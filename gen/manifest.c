@@ -134,6 +134,8 @@ char *kf_manifest_text(const kf_manifest *m) {
   cJSON_AddStringToObject(root, "backend", m->backend);
   if (m->description)
     cJSON_AddStringToObject(root, "description", m->description);
+  if (m->page_size)
+    cJSON_AddNumberToObject(root, "page_size", m->page_size);
   if (m->nlayer_types) {
     cJSON *lts = cJSON_AddArrayToObject(root, "layer_types");
     for (size_t i = 0; i < m->nlayer_types; i++) {
@@ -302,6 +304,8 @@ int kf_manifest_parse(const char *text, size_t len, kf_manifest *m, char **err) 
   m->arch = kf_json_dup_string(root, "arch");
   m->backend = kf_json_dup_string(root, "backend");
   m->description = kf_json_dup_string(root, "description");
+  const cJSON *ps = cJSON_GetObjectItemCaseSensitive(root, "page_size");
+  m->page_size = cJSON_IsNumber(ps) ? ps->valueint : 0;
   load_signatures(m, cJSON_GetObjectItemCaseSensitive(root, "signatures"));
   for (const cJSON *k = ks->child; k; k = k->next)
     load_kernel(m, k);

@@ -47,7 +47,7 @@ typedef struct {
 /* One kernel. A loaded manifest keeps every record of its "kernels" array in
  * order; a string member that is absent or not a string is NULL. */
 typedef struct {
-  char *id; /* <model>/<kind>/w<W>/<arch> */
+  char *id; /* <model>/<kind>/w<W>[p<P>]/<arch> */
   char *kind;
   int width;
   int page_size;  /* the KV-cache page size it was built for; 0: any (not written) */
@@ -79,6 +79,8 @@ typedef struct {
   char *backend;     /* "cuda" or "hip" */
   char *description; /* the description's absolute path, for the runtime's hint of the build
                         command; NULL: not recorded */
+  int page_size;     /* a description of several page sizes: the one served when the caller names
+                        none (the shape's); 0: one page size (not written) */
   kf_manifest_signature *signatures;
   size_t nsignatures;
   kf_manifest_kernel *kernels;

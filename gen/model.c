@@ -44,6 +44,7 @@ typedef struct {
   kf_template **templates; /* loaded schemas, shared by kernels */
   size_t ntemplates;
   const cJSON *shape; /* the description's "shape" object */
+  size_t page_index;  /* > 0 while the kernels are parsed for m->page_sizes[page_index] */
 } loader;
 
 /* The schema of template `name`: loaded once per description from the
@@ -113,12 +114,19 @@ value_error(loader *L, const value_place *vp, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   L->errors++;
+  char page[96] = ""; /* a pass for another page size than the shape's: which */
+  if (L->page_index)
+    snprintf(page, sizeof page, " (for page size %d of page_sizes)",
+             vp->m->page_sizes[L->page_index]);
   if (!vp->given) {
-    kf_error(vp->file, vp->path, "%s", msg);
+    kf_error(vp->file, vp->path, "%s%s", msg, page);
     return;
   }
-  char *at = vp->first_read ? kf_xasprintf("shape.%s", vp->first_read) : kf_xstrdup("family");
-  kf_error(L->display, at, "%s: %s: %s (family %s)", vp->file, vp->path, msg, vp->m->family);
+  char *at = L->page_index && vp->page_size ? kf_xstrdup("page_sizes")
+             : vp->first_read               ? kf_xasprintf("shape.%s", vp->first_read)
+                                            : kf_xstrdup("family");
+  kf_error(L->display, at, "%s: %s: %s (family %s)%s", vp->file, vp->path, msg, vp->m->family,
+           page);
   free(at);
 }
 
@@ -414,6 +422,13 @@ static void add_shape(kf_model *m, const char *name, const cJSON *v) {
   }
 }
 
+static const kf_shape_field *shape_field(const kf_model *m, const char *name) {
+  for (size_t i = 0; i < m->nshape; i++)
+    if (!strcmp(m->shape[i].name, name))
+      return &m->shape[i];
+  return NULL;
+}
+
 static int type_matches(const char *type, const cJSON *v) {
   if (!strcmp(type, "int"))
     return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
@@ -659,6 +674,80 @@ static void parse_dirs(loader *L, kf_model *m, const cJSON *a, const char *field
   }
 }
 
+/* "page_sizes": the KV-cache page sizes the description serves. The shape's
+ * page_size, which kf_kernel_find serves without a variant, must be one of
+ * them; it goes first, the others follow in ascending order. */
+static void parse_page_sizes(loader *L, kf_model *m, const cJSON *a) {
+  if (!a)
+    return;
+  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0) {
+    kf_error(L->display, "page_sizes",
+             "must be a non-empty array of page sizes (tokens per KV-cache page), got %s",
+             kf_json_type_name(a));
+    L->errors++;
+    return;
+  }
+  const kf_shape_field *ps = shape_field(m, "page_size");
+  if (!ps || ps->is_string || ps->value.is_float) {
+    kf_error(L->display, "page_sizes",
+             "the shape has no integer page_size field (family %s): only kernels that read "
+             "page_size can serve several page sizes",
+             m->family ? m->family : "none");
+    L->errors++;
+    return;
+  }
+  int list[sizeof m->page_sizes / sizeof m->page_sizes[0]];
+  size_t n = 0;
+  int i = 0, has_default = 0;
+  for (const cJSON *e = a->child; e; e = e->next, i++) {
+    char *p = kf_xasprintf("page_sizes[%d]", i);
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 1 ||
+        e->valuedouble > (1 << 20)) {
+      char got[64];
+      if (cJSON_IsNumber(e))
+        snprintf(got, sizeof got, "%g", e->valuedouble);
+      else
+        snprintf(got, sizeof got, "%s", kf_json_type_name(e));
+      kf_error(L->display, p, "must be an integer from 1 to %d, got %s", 1 << 20, got);
+      L->errors++;
+    } else if (n == sizeof list / sizeof list[0]) {
+      kf_error(L->display, p, "too many page sizes (at most %zu)", sizeof list / sizeof list[0]);
+      L->errors++;
+    } else {
+      int v = (int)e->valuedouble, dup = 0;
+      for (size_t k = 0; k < n; k++)
+        dup |= list[k] == v;
+      if (dup) {
+        kf_error(L->display, p, "page size %d is listed twice", v);
+        L->errors++;
+      } else {
+        list[n++] = v;
+        has_default |= v == ps->value.i;
+      }
+    }
+    free(p);
+  }
+  if (n == (size_t)i && !has_default) {
+    kf_error(L->display, "page_sizes",
+             "must include the shape's page_size, %lld (the size served when the caller names "
+             "none)",
+             (long long)ps->value.i);
+    L->errors++;
+  }
+  if (L->errors)
+    return;
+  m->page_sizes[m->npage_sizes++] = (int)ps->value.i;
+  for (int lo = 0;;) { /* the others, ascending */
+    int next = INT_MAX;
+    for (size_t k = 0; k < n; k++)
+      if (list[k] > lo && list[k] < next && list[k] != ps->value.i)
+        next = list[k];
+    if (next == INT_MAX)
+      break;
+    m->page_sizes[m->npage_sizes++] = lo = next;
+  }
+}
+
 /* ---- the description ---- */
 
 static kf_model *new_model(const char *path) {
@@ -700,12 +789,12 @@ static void parse_family(loader *L, kf_model *m, const cJSON *f, family *fam) {
 }
 
 /* Every top-level member but the kernels, in the order the messages come:
- * name, family, shape (typed by the family), widths, arches, template_dirs,
- * include_dirs. */
+ * name, family, shape (typed by the family), widths, page_sizes, arches,
+ * template_dirs, include_dirs. */
 static void read_description(loader *L, kf_model *m, const cJSON *root, family *fam) {
-  static const char *const members[] = {
-      "name",         "family",        "shape",       "widths", "arches", "kernels",
-      "include_dirs", "template_dirs", "description", "limits", NULL};
+  static const char *const members[] = {"name",        "family",  "shape",        "widths",
+                                        "arches",      "kernels", "include_dirs", "template_dirs",
+                                        "description", "limits",  "page_sizes",   NULL};
   if (!cJSON_IsObject(root)) {
     kf_error(L->display, "", "a description must be a JSON object, got %s",
              kf_json_type_name(root));
@@ -724,6 +813,8 @@ static void read_description(loader *L, kf_model *m, const cJSON *root, family *
     parse_shape(L, m, shape, fam); /* fam->root is NULL without a family */
   }
   parse_widths(L, m, cJSON_GetObjectItemCaseSensitive(root, "widths"));
+  if (shape)
+    parse_page_sizes(L, m, cJSON_GetObjectItemCaseSensitive(root, "page_sizes"));
   parse_arches(L, m, cJSON_GetObjectItemCaseSensitive(root, "arches"));
   parse_dirs(L, m, cJSON_GetObjectItemCaseSensitive(root, "template_dirs"), "template_dirs",
              &m->template_dirs);
@@ -780,7 +871,9 @@ static void parse_kernel_list(loader *L, kf_model *m, const char *file, const cJ
 }
 
 static int cmp_kernel(const void *a, const void *b) {
-  return strcmp(((const kf_kernel_desc *)a)->kind, ((const kf_kernel_desc *)b)->kind);
+  const kf_kernel_desc *x = a, *y = b;
+  int c = strcmp(x->kind, y->kind);
+  return c ? c : (x->page_size > y->page_size) - (x->page_size < y->page_size);
 }
 
 /* The family's kernels first, then the description's (replacing by kind);
@@ -798,6 +891,41 @@ static void parse_kernels(loader *L, kf_model *m, const cJSON *root, const famil
     qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
 }
 
+/* The kernels of the description's other page sizes: its kernel lists parsed
+ * again with the shape's page_size set to each; a kernel whose parameters
+ * read it is kept, the others are the first pass's (built once). */
+static void parse_page_kernels(loader *L, kf_model *m, const cJSON *root, const family *fam) {
+  kf_shape_field *ps = (kf_shape_field *)shape_field(m, "page_size");
+  if (m->npage_sizes < 2 || !ps)
+    return;
+  const int64_t shape_size = ps->value.i;
+  kf_kernel_desc *kept = m->kernels;
+  size_t nkept = m->nkernels;
+  for (size_t i = 1; i < m->npage_sizes && !L->errors; i++) {
+    ps->value.i = m->page_sizes[i];
+    L->page_index = i;
+    m->kernels = NULL;
+    m->nkernels = 0;
+    parse_kernel_list(L, m, fam->path,
+                      fam->root ? cJSON_GetObjectItemCaseSensitive(fam->root, "kernels") : NULL);
+    parse_kernel_list(L, m, L->display, cJSON_GetObjectItemCaseSensitive(root, "kernels"));
+    for (size_t j = 0; j < m->nkernels; j++) {
+      if (m->kernels[j].page_size == m->page_sizes[i]) {
+        kept = kf_xpush(kept, nkept, sizeof *kept);
+        kept[nkept++] = m->kernels[j];
+      } else {
+        kernel_free(&m->kernels[j]);
+      }
+    }
+    free(m->kernels);
+  }
+  ps->value.i = shape_size;
+  L->page_index = 0;
+  m->kernels = kept;
+  m->nkernels = nkept;
+  qsort(m->kernels, m->nkernels, sizeof *m->kernels, cmp_kernel);
+}
+
 /* ---- layer kinds ---- */
 
 /* The sync area and split scratch of a layer kernel (kf_layer.cuh) are its
@@ -812,7 +940,8 @@ static void push_arg(kf_template *t, const char *name, const char *type, int siz
  * "Layer kinds"): their parameters as "<kind>.<PARAM>", their arguments as
  * "<kind>_<arg>" (rows once, last), their buffers likewise, plus the sync
  * area and the split scratch. plan.c computes its launch per width. */
-static void parse_layer(loader *L, kf_model *m, const char *file, const cJSON *e, int index) {
+static void parse_layer(loader *L, kf_model *m, const char *file, const cJSON *e, int index,
+                        int page_size, int *paged) {
   char *p = kf_xasprintf("layers[%d]", index);
   static const char *const members[] = {"kind", "phases", "description", NULL};
   const cJSON *kind = cJSON_GetObjectItemCaseSensitive(e, "kind");
@@ -851,9 +980,10 @@ static void parse_layer(loader *L, kf_model *m, const char *file, const cJSON *e
   int bad = 0;
   for (size_t i = 0; i < k.nphases; i++) {
     const cJSON *ph = cJSON_GetArrayItem(phases, (int)i);
-    const kf_kernel_desc *pk = NULL;
+    const kf_kernel_desc *pk = NULL; /* the kind's kernel of this page size */
     for (size_t j = 0; cJSON_IsString(ph) && j < m->nkernels; j++)
-      if (!strcmp(m->kernels[j].kind, ph->valuestring))
+      if (!strcmp(m->kernels[j].kind, ph->valuestring) &&
+          (!m->kernels[j].page_size || !page_size || m->kernels[j].page_size == page_size))
         pk = &m->kernels[j];
     if (!pk || pk->nphases) {
       kf_error(file, p, "phase %zu: %s is not a kernel kind of the model", i,
@@ -872,7 +1002,7 @@ static void parse_layer(loader *L, kf_model *m, const char *file, const cJSON *e
     k.phases[i] = pk;
     nvalues += pk->tmpl->nparams;
     if (pk->page_size)
-      k.page_size = pk->page_size; /* (one shape: every phase that reads it reads the same) */
+      k.page_size = pk->page_size; /* (every phase that reads it reads the same) */
   }
   if (bad) {
     L->errors++;
@@ -921,6 +1051,7 @@ static void parse_layer(loader *L, kf_model *m, const char *file, const cJSON *e
     free(p);
     return;
   }
+  *paged = k.page_size != 0;
   m->kernels[m->nkernels++] = k; /* parse_layers made room */
   free(p);
 }
@@ -938,10 +1069,19 @@ static void parse_layers(loader *L, kf_model *m, const family *fam) {
     return;
   }
   size_t base = m->nkernels, n = (size_t)cJSON_GetArraySize(ls);
+  size_t pages = m->npage_sizes ? m->npage_sizes : 1;
   /* room for all first: the phases point into the array */
-  m->kernels = kf_xrealloc(m->kernels, (base + n) * sizeof *m->kernels);
-  for (int i = 0; i < (int)n; i++)
-    parse_layer(L, m, fam->path, cJSON_GetArrayItem(ls, i), i);
+  m->kernels = kf_xrealloc(m->kernels, (base + n * pages) * sizeof *m->kernels);
+  /* a layer kernel per page size where a phase reads it, else one */
+  for (int i = 0; i < (int)n; i++) {
+    const int before = L->errors;
+    for (size_t q = 0, paged = 1; q < pages && paged && L->errors == before; q++) {
+      int reads = 0;
+      parse_layer(L, m, fam->path, cJSON_GetArrayItem(ls, i), i,
+                  m->npage_sizes ? m->page_sizes[q] : 0, &reads);
+      paged = (size_t)reads;
+    }
+  }
 }
 
 /* The family's "layer_types": which kinds each layer of the model runs,
@@ -1026,13 +1166,6 @@ static void parse_layer_types(loader *L, kf_model *m, const family *fam) {
 /* The element types the templates implement: their arguments are kf_bf16
  * (templates/kf_portability.cuh). A shape field "dtype" names the model's. */
 static const char *const implemented_dtypes[] = {"bf16", NULL};
-
-static const kf_shape_field *shape_field(const kf_model *m, const char *name) {
-  for (size_t i = 0; i < m->nshape; i++)
-    if (!strcmp(m->shape[i].name, name))
-      return &m->shape[i];
-  return NULL;
-}
 
 /* What the shape means beyond each field's type: the dtype is one the
  * templates implement, and the kv heads divide the query heads (each kv
@@ -1171,7 +1304,7 @@ static void check_launches(loader *L, const kf_model *m) {
 }
 
 kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
-  loader L = {opt, path, 0, NULL, 0, NULL};
+  loader L = {opt, path, 0, NULL, 0, NULL, 0};
   kf_report_cap_begin();
   cJSON *root = kf_json_load(path, path);
   if (!root) {
@@ -1185,6 +1318,7 @@ kf_model *kf_model_load(const char *path, const kf_model_options *opt) {
     check_shape_meaning(&L, m);
   if (!L.errors) { /* kernels need a valid shape and template dirs */
     parse_kernels(&L, m, root, &fam);
+    parse_page_kernels(&L, m, root, &fam);
     check_widths_served(&L, m);
     check_launches(&L, m);
   }

@@ -34,7 +34,7 @@ typedef struct {
   int widths[64];
   size_t nwidths;
   kf_strv arches;
-  kf_kernel_desc *kernels; /* sorted by kind */
+  kf_kernel_desc *kernels; /* sorted by kind, then page size; layer kinds last */
   size_t nkernels;
   kf_strv include_dirs;           /* absolute, in order */
   kf_strv template_dirs;          /* absolute, searched before the built-in ones */
@@ -43,6 +43,12 @@ typedef struct {
   kf_limits_spec limits;      /* the description's "limits" (resources.h) */
   kf_layer_type *layer_types; /* the family's "layer_types" (none: every layer alike) */
   size_t nlayer_types;
+  /* The description's "page_sizes": the KV-cache page sizes it serves, the
+   * shape's page_size (the default) first; none: only the shape's. A kind
+   * whose parameters read page_size has a kernel per size (its ids say
+   * p<P>); the others are built once. */
+  int page_sizes[16];
+  size_t npage_sizes;
 } kf_model;
 
 /* Where templates and families come from, and command-line overrides. */

@@ -225,10 +225,15 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
         in->kernel = &m->kernels[ki];
         in->width = m->widths[wi];
         in->arch = m->arches.v[ai];
-        in->id = kf_xasprintf("%s/%s/w%d/%s", m->name, in->kernel->kind, in->width, in->arch);
+        /* a description of several page sizes: its page-specific kernels say which */
+        char page[16] = "";
+        if (m->npage_sizes && in->kernel->page_size)
+          snprintf(page, sizeof page, "p%d", in->kernel->page_size);
+        in->id =
+            kf_xasprintf("%s/%s/w%d%s/%s", m->name, in->kernel->kind, in->width, page, in->arch);
         in->symbol = make_symbol(in->id);
-        in->rel_source = kf_xasprintf("%s/%s/%s_w%d.%s", m->name, in->arch, in->kernel->kind,
-                                      in->width, kf_arch_is_hip(in->arch) ? "hip" : "cu");
+        in->rel_source = kf_xasprintf("%s/%s/%s_w%d%s.%s", m->name, in->arch, in->kernel->kind,
+                                      in->width, page, kf_arch_is_hip(in->arch) ? "hip" : "cu");
         const kf_template *t = in->kernel->tmpl;
         const int mma = kf_arch_has_mma(in->arch);
         char err[256];

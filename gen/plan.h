@@ -11,9 +11,10 @@ typedef struct {
   const kf_kernel_desc *kernel;
   int width;
   const char *arch;
-  char *id;         /* <model>/<kind>/w<W>/<arch> */
+  char *id;         /* <model>/<kind>/w<W>/<arch>; w<W>p<P> for a kernel of page size P of
+                       a description that lists page_sizes */
   char *symbol;     /* extern "C" entry symbol, unique per id */
-  char *rel_source; /* <model>/<arch>/<kind>_w<W>.cu|.hip, relative to --out */
+  char *rel_source; /* <model>/<arch>/<kind>_w<W>[p<P>].cu|.hip, relative to --out */
   char *source;     /* generated text */
   size_t source_len;
   int64_t grid[3], block[3], shared_bytes;

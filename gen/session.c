@@ -157,6 +157,7 @@ int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *a
                            kf_manifest *out) {
   kf_manifest_init(out, m->name, arch, kf_arch_is_hip(arch) ? "hip" : "cuda");
   out->description = kf_path_absolute(m->path);
+  out->page_size = m->npage_sizes ? m->page_sizes[0] : 0;
   for (size_t i = 0; i < m->nlayer_types; i++)
     kf_manifest_add_layer_type(out, m->layer_types[i].name, m->layer_types[i].count,
                                &m->layer_types[i].kinds);

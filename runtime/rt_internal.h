@@ -203,6 +203,8 @@ typedef struct rt_manifest {
   int format;
   char *model, *arch;
   char *description; /* the description it was built from (absolute); NULL: not recorded */
+  int page_size;     /* built for several page sizes: the one served when the caller names
+                        none (the manifest's "page_size"); 0: one page size */
   kf_backend backend;
   int nlayer_types; /* "layer_types"; 0: every layer runs the same kinds */
   rt_layer_type *layer_types;

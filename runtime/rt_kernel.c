@@ -139,9 +139,11 @@ kf_status kf_kernel_find(kf_runtime *rt, const char *kind, int rows, kf_kernel *
   return kf_kernel_find_ex(rt, kind, rows, NULL, kernel);
 }
 
-/* Whether kernel k serves the variant v (NULL: any). */
+/* Whether kernel k serves the variant v (NULL: any). Where the manifest
+ * holds several page sizes, "any" is its default one. */
 static int serves(const kf_kernel *k, const kf_variant *v) {
-  return !v || v->page_size <= 0 || k->d->page_size == 0 || k->d->page_size == v->page_size;
+  int want = v && v->page_size > 0 ? v->page_size : k->rt->manifest.page_size;
+  return want == 0 || k->d->page_size == 0 || k->d->page_size == want;
 }
 
 /* KF_ERR_NO_PAGE_SIZE for kind group g, which has no kernel for v: the
@@ -158,10 +160,11 @@ static kf_status no_page_size(kf_runtime *rt, const rt_kind *g, const kf_variant
     if (!seen)
       used += (size_t)snprintf(sizes + used, sizeof sizes - used, "%s%d", used ? ", " : "", p);
   }
+  int want = v && v->page_size > 0 ? v->page_size : rt->manifest.page_size;
   rt_err_set(&err, KF_ERR_NO_PAGE_SIZE,
-             "kind '%s' of model '%s' is built for KV-cache pages of %s tokens, not %d: build a "
-             "description with page_size %d (kforge import-hf --page-size %d)",
-             g->kind, rt->manifest.model, sizes, v->page_size, v->page_size, v->page_size);
+             "kind '%s' of model '%s' is built for KV-cache pages of %s tokens, not %d: list %d "
+             "in the description's page_sizes (kforge import-hf --page-size %d)",
+             g->kind, rt->manifest.model, sizes, want, want, want);
   return rt_slot_record(&rt->err, &err);
 }
 
@@ -207,10 +210,14 @@ kf_status kf_kernel_find_ex(kf_runtime *rt, const char *kind, int rows, const kf
     }
     if (!served)
       return no_page_size(rt, g, variant);
+    int widest = 0;
+    for (int j = 0; j < g->n; j++)
+      if (serves(g->by_width[j], variant))
+        widest = g->by_width[j]->d->width;
     rt_err_set(&err, KF_ERR_NO_WIDTH,
                "%d rows exceed the largest width of kind '%s' (%d) in model "
                "'%s': use the fallback path",
-               rows, kind, g->by_width[g->n - 1]->d->width, rt->manifest.model);
+               rows, kind, widest, rt->manifest.model);
     return rt_slot_record(&rt->err, &err);
   }
   {

@@ -235,8 +235,11 @@ static kf_status parse_params(parse_ctx *c, const cJSON *arr, rt_kdesc *k) {
   return KF_OK;
 }
 
-/* id == "<model>/<kind>/w<width>/<arch>", compared without formatting. */
-static int id_matches(const char *id, const rt_manifest *m, const char *kind, long long width) {
+/* id == "<model>/<kind>/w<width>/<arch>", compared without formatting; in a
+ * manifest of several page sizes a kernel of page size P says so:
+ * "w<width>p<P>". */
+static int id_matches(const char *id, const rt_manifest *m, const char *kind, long long width,
+                      int page_size) {
   size_t n = strlen(m->model);
   if (strncmp(id, m->model, n) != 0 || id[n] != '/')
     return 0;
@@ -246,9 +249,14 @@ static int id_matches(const char *id, const rt_manifest *m, const char *kind, lo
     return 0;
   id += n + 2;
   char *end;
-  if (strtoll(id, &end, 10) != width || end == id || *end != '/')
+  if (strtoll(id, &end, 10) != width || end == id)
     return 0;
-  return strcmp(end + 1, m->arch) == 0;
+  if (m->page_size && page_size) {
+    id = end;
+    if (*id != 'p' || strtoll(id + 1, &end, 10) != page_size || end == id + 1)
+      return 0;
+  }
+  return *end == '/' && strcmp(end + 1, m->arch) == 0;
 }
 
 /* The members of a kernel's entry, in the order the generator writes them. */
@@ -417,9 +425,13 @@ static kf_status parse_kernel(parse_ctx *c, const cJSON *obj, int index, rt_mani
 
   if (!valid_kind(kind))
     return bad(c, "kind", "'%s' is not [a-z0-9_]+", kind);
-  if (!id_matches(id, m, kind, width))
-    return bad(c, "id", "'%s' does not match model/kind/width/arch '%s/%s/w%lld/%s'", id, m->model,
-               kind, width, m->arch);
+  if (!id_matches(id, m, kind, width, k->page_size)) {
+    char page[16] = "";
+    if (m->page_size && k->page_size)
+      snprintf(page, sizeof page, "p%d", k->page_size);
+    return bad(c, "id", "'%s' does not match model/kind/width/arch '%s/%s/w%lld%s/%s'", id,
+               m->model, kind, width, page, m->arch);
+  }
   if (rt_unhex16(key, keybin) != 0)
     return bad(c, "key", "must be 32 hex digits");
   if (rt_unhex16(checksum, k->checksum) != 0)
@@ -683,6 +695,15 @@ static kf_status parse_header(parse_ctx *c, const cJSON *root, rt_manifest *m,
       return st;
     if (!(m->description = dup(d)))
       return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+  }
+
+  /* optional: a manifest of several page sizes names the default one */
+  const cJSON *page_size = cJSON_GetObjectItemCaseSensitive(root, "page_size");
+  if (page_size) {
+    long long p;
+    if (get_int(c, page_size, "page_size", 1, 1 << 20, &p, &st) != 0)
+      return st;
+    m->page_size = (int)p;
   }
 
   const cJSON *lts = cJSON_GetObjectItemCaseSensitive(root, "layer_types");

@@ -211,7 +211,9 @@ static kf_status pick_manifest(kf_runtime *rt, const char *model, char **path, r
 static int cmp_kernel(const void *a, const void *b) {
   const kf_kernel *x = *(kf_kernel *const *)a, *y = *(kf_kernel *const *)b;
   int c = strcmp(x->d->kind, y->d->kind);
-  return c ? c : (x->d->width > y->d->width) - (x->d->width < y->d->width);
+  if (!c)
+    c = (x->d->width > y->d->width) - (x->d->width < y->d->width);
+  return c ? c : (x->d->page_size > y->d->page_size) - (x->d->page_size < y->d->page_size);
 }
 
 /* Sets up the handle of manifest entry i, which is parsed (its parameters
@@ -564,6 +566,31 @@ kf_backend kf_runtime_backend(const kf_runtime *rt) {
 const char *kf_runtime_model(const kf_runtime *rt) { return rt ? rt->manifest.model : NULL; }
 
 int kf_runtime_kernel_count(const kf_runtime *rt) { return rt ? rt->nkernels : 0; }
+
+int kf_runtime_page_sizes(const kf_runtime *rt, int *sizes, int max) {
+  if (!rt)
+    return 0;
+  int n = 0, first = rt->manifest.page_size;
+  if (first) { /* the default, which the generator always builds */
+    if (sizes && max > 0)
+      sizes[0] = first;
+    n = 1;
+  }
+  for (int lo = 0;;) { /* the others, ascending */
+    int next = 0;
+    for (int i = 0; i < rt->nkernels; i++) {
+      int p = rt->kernels[i].d->page_size;
+      if (p > lo && p != first && (!next || p < next))
+        next = p;
+    }
+    if (!next)
+      return n;
+    if (sizes && n < max)
+      sizes[n] = next;
+    n++;
+    lo = next;
+  }
+}
 
 int kf_runtime_layer_type_count(const kf_runtime *rt) { return rt ? rt->manifest.nlayer_types : 0; }
 

@@ -121,6 +121,7 @@ def _declare(lib):
         "kf_runtime_backend": (I, [P]),
         "kf_runtime_model": (S, [P]),
         "kf_runtime_kernel_count": (I, [P]),
+        "kf_runtime_page_sizes": (I, [P, ctypes.POINTER(I), I]),
         "kf_runtime_layer_type_count": (I, [P]),
         "kf_runtime_layer_type": (I, [P, I, ctypes.POINTER(S), ctypes.POINTER(I),
                                       ctypes.POINTER(ctypes.POINTER(S)), ctypes.POINTER(I)]),

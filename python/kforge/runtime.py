@@ -83,7 +83,11 @@ class Runtime:
     damaged object, a missing symbol, a newer manifest format, a cache file
     others could have changed (Status.UNTRUSTED: docs/contracts.md, "Trust";
     lax_permissions=True opts out of the owner and mode checks, as
-    KFORGE_LAX_PERMISSIONS=1 does)."""
+    KFORGE_LAX_PERMISSIONS=1 does).
+
+    page_sizes: the KV-cache page sizes its kernels were built for, the one
+    served when kernel() is given none first; empty when no kernel takes a
+    page size."""
 
     def __init__(self, cache, model, device=0, backend=None, lazy=False,
                  driver_path=None, lax_permissions=False):
@@ -109,6 +113,10 @@ class Runtime:
         self.model = lib.kf_runtime_model(self._h).decode()
         self.backend = _BACKEND_NAMES[lib.kf_runtime_backend(self._h)]
         self.layer_types = self._layer_types()
+        n = lib.kf_runtime_page_sizes(self._h, None, 0)
+        sizes = (ctypes.c_int * max(n, 1))()
+        lib.kf_runtime_page_sizes(self._h, sizes, n)
+        self.page_sizes = tuple(sizes[:n])
 
     def _layer_types(self):
         out = []
@@ -157,9 +165,10 @@ class Runtime:
     def kernel(self, kind, rows, page_size=None):
         """The kernel of `kind` for `rows` rows (smallest width >= rows).
         NoKernelError when rows exceed the largest width. page_size: the
-        tokens per page of the caller's KV cache; a kernel built for another
-        (attention, the KV write, layer kernels) raises Error with status
-        NO_PAGE_SIZE; None: any."""
+        tokens per page of the caller's KV cache: kinds that take one
+        (attention, the KV write, layer kernels) serve the page sizes they
+        were built for (page_sizes) and raise Error with status NO_PAGE_SIZE
+        for another; None: the model's first (default) page size."""
         rows = operator.index(rows)
         page = 0 if page_size is None else operator.index(page_size)
         if page < 0:

@@ -469,6 +469,53 @@ class ImportHF(unittest.TestCase):
             self.assertEqual(r.rc, 2, f"--page-size {bad}: {r}")
             self.assertIn("--page-size", r.err)
 
+    def test_a_description_of_several_page_sizes(self):
+        """--page-size 16,1 writes page_sizes: the kinds that read the page
+        size get a kernel per size, their ids say which, the default (the
+        first) is in the manifest's header, and the other kinds are built
+        once, with the same keys as a description of one page size."""
+        w = Work(self, "hf-page-list", copy_shipped=True)
+        cfg = os.path.join(FIXTURES, "hf", "qwen3-0.6b.config.json")
+        w.ok("import-hf", cfg, "-o", "shipped/models/p16.json", "--name", "q", common=False)
+        w.ok("import-hf", cfg, "-o", "shipped/models/both.json", "--name", "q",
+             "--page-size", "16,1", common=False)
+        desc = w.load_json("shipped/models/both.json")
+        self.assertEqual((desc["shape"]["page_size"], desc["page_sizes"]), (16, [16, 1]))
+        for d in ("p16", "both"):
+            desc = w.load_json(f"shipped/models/{d}.json")
+            desc["widths"] = [1]
+            w.dump_json(f"shipped/models/{d}.json", desc)
+        keys = ("keys", "--templates", "shipped/templates", "--arch", "sm_90a")
+        one = parse_keys(self, w.ok(*keys, "shipped/models/p16.json", common=False).out)
+        both = parse_keys(self, w.ok(*keys, "shipped/models/both.json", common=False).out)
+        paged = {"decode_attention", "rope_kv_write", "layer"}
+        for kid, key in one.items():
+            kind = kid.split("/")[1]
+            if kind in paged:
+                self.assertNotIn(kid, both)
+                for p in (16, 1):
+                    self.assertIn(kid.replace("/w1/", f"/w1p{p}/"), both)
+            else:
+                self.assertEqual(both[kid], key, kid)  # one build serves both sizes
+        self.assertEqual(len(both), len(one) + len(paged))
+        r = w.ok("build", "--templates", "shipped/templates", "--arch", "sm_90a", "--cache",
+                 "cache", "--out", "out", "shipped/models/both.json", common=False, timeout=900)
+        man = w.load_json("cache/v1/manifests/q/sm_90a.json")
+        self.assertEqual(man["page_size"], 16)
+        got = {(k["kind"], k.get("page_size")) for k in man["kernels"]}
+        self.assertEqual({p for kind, p in got if kind in paged}, {16, 1})
+        self.assertEqual({p for kind, p in got if kind not in paged}, {None})
+        self.assertEqual(sorted(k["id"] for k in man["kernels"]), sorted(both))
+        src = w.read("out/q/sm_90a/decode_attention_w1p1.cu")
+        self.assertIn("static constexpr int PAGE_SIZE = 1;", src)
+        self.assertIn("static constexpr int PAGE_SIZE = 16;",
+                      w.read("out/q/sm_90a/layer_w1p16.cu"))
+        # a list the import refuses
+        for bad in ("16,16", "16,", ",1", "16;1"):
+            r = w.kf("import-hf", cfg, "--page-size", bad, common=False)
+            self.assertEqual(r.rc, 2, f"--page-size {bad}: {r}")
+            self.assertIn("--page-size", r.err)
+
     def test_import_hf_names_the_model_from_where_the_config_lies(self):
         w = Work(self, "hf-names")
         with open(os.path.join(FIXTURES, "hf", "llama-3.2-1b.config.json")) as f:

@@ -59,6 +59,27 @@ class DecodeExample(unittest.TestCase):
         v = subprocess.run([KFORGE, "verify", "--cache", cache], capture_output=True, text=True)
         self.assertEqual(v.returncode, 0, v.stderr)
 
+    def test_build_only_with_several_page_sizes(self):
+        """--page-size 16,1 lists both in the description (16 first, its
+        default) and builds the page-size kinds once per size."""
+        d, cache = self.model_dir(), self.w.path("cache")
+        r = self.example(d, "--build-only", "--cache", cache, "--arch", "gfx90a", "--widths",
+                         "1", "--page-size", "16,1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(cache, "descriptions", "tiny.json")) as f:
+            desc = json.load(f)
+        self.assertEqual((desc["shape"]["page_size"], desc["page_sizes"]), (16, [16, 1]))
+        with open(os.path.join(cache, "v1", "manifests", "tiny", "gfx90a.json")) as f:
+            man = json.load(f)
+        self.assertEqual(man["page_size"], 16)
+        paged = sorted((k["kind"], k["page_size"]) for k in man["kernels"] if "page_size" in k)
+        self.assertEqual(paged, [("decode_attention", 1), ("decode_attention", 16),
+                                 ("rope_kv_write", 1), ("rope_kv_write", 16)])
+        self.assertEqual(len(man["kernels"]), len(decode.KINDS) + 2)
+        r = self.example(d, "--build-only", "--cache", cache, "--page-size", "16,one")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--page-size 16,one: expected tokens per page", r.stderr)
+
     def test_a_family_it_does_not_decode_is_refused_by_name(self):
         d = self.model_dir(model_type="qwen3_moe")
         r = self.example(d, "--build-only", "--cache", self.w.path("cache"))

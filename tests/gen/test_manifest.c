@@ -120,6 +120,25 @@ KF_TEST(manifest__a_kernels_page_size_follows_its_width_and_reads_back) {
   kf_manifest_free(&m);
 }
 
+KF_TEST(manifest__the_default_page_size_of_several_is_in_the_header_and_reads_back) {
+  kf_manifest m;
+  sample(&m, 0);
+  m.page_size = 16;
+  m.kernels[0].page_size = 1;
+  char *text = kf_manifest_text(&m);
+  KF_CHECK_CONTAINS(text, "\"backend\":\t\"cuda\",\n");
+  KF_CHECK_CONTAINS(text, "\t\"page_size\":\t16,\n");
+  KF_CHECK(strstr(text, "\t\"page_size\":\t16") < strstr(text, "\"kernels\""));
+  kf_manifest back;
+  char *err = NULL;
+  KF_CHECK(kf_manifest_parse(text, strlen(text), &back, &err) == 0);
+  KF_CHECK(back.page_size == 16 && back.nkernels == 1 && back.kernels[0].page_size == 1);
+  kf_manifest_free(&back);
+  free(err);
+  free(text);
+  kf_manifest_free(&m);
+}
+
 KF_TEST(manifest__layer_types_are_written_after_the_header_when_there_are_some) {
   kf_manifest m;
   sample(&m, 0);

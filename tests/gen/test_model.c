@@ -109,6 +109,117 @@ KF_TEST(model__a_kernel_that_reads_the_shapes_page_size_is_built_for_it) {
   kf_model_free(m);
 }
 
+/* A description of page sizes `sizes` (a JSON array) over the fixture's
+ * t_all, whose PAGE is one of 16 and 64: attn and tiles read page_size,
+ * norm does not. */
+static kf_model *load_page_sizes(const char *shape_page, const char *sizes, char **err) {
+  char *desc =
+      kf_xasprintf("{\"name\": \"m\", \"shape\": {\"hidden_size\": 1024%s}, \"page_sizes\": %s,\n"
+                   " \"kernels\": [\n"
+                   "  {\"kind\": \"tiles\", \"template\": \"t_all\", \"params\": {\"N\": "
+                   "\"page_size * 16\", \"EPS\": 0.5, \"PAGE\": 16}},\n"
+                   "  {\"kind\": \"attn\", \"template\": \"t_all\", \"params\": {\"N\": 64, "
+                   "\"EPS\": 0.5, \"PAGE\": \"page_size\"}},\n"
+                   "  {\"kind\": \"norm\", \"template\": \"t_all\", \"params\": {\"N\": "
+                   "\"hidden_size\", \"EPS\": 0.5, \"PAGE\": 16}}]}\n",
+                   shape_page, sizes);
+  kf_model *m = fx_load_desc("models/m.json", desc, NULL, err);
+  free(desc);
+  return m;
+}
+
+KF_TEST(model__page_sizes_build_what_reads_page_size_once_per_size) {
+  fx_model_tree();
+  kf_model *m = load_page_sizes(", \"page_size\": 64", "[16, 64]", NULL);
+  KF_CHECK(m && m->npage_sizes == 2);
+  if (!m || m->nkernels != 5) {
+    KF_CHECK(!"five kernels: attn and tiles per page size, norm once");
+    kf_model_free(m);
+    return;
+  }
+  /* the shape's page size first: what a caller gets when it names none */
+  KF_CHECK(m->page_sizes[0] == 64 && m->page_sizes[1] == 16);
+  const char *kinds[] = {"attn", "attn", "norm", "tiles", "tiles"};
+  const int pages[] = {16, 64, 0, 16, 64};
+  for (int i = 0; i < 5; i++) {
+    KF_CHECK_STR_EQ(m->kernels[i].kind, kinds[i]);
+    KF_CHECK(m->kernels[i].page_size == pages[i]);
+  }
+  KF_CHECK(int_param_is(&m->kernels[0], "PAGE", 16));
+  KF_CHECK(int_param_is(&m->kernels[1], "PAGE", 64));
+  KF_CHECK(int_param_is(&m->kernels[3], "N", 256));
+  KF_CHECK(int_param_is(&m->kernels[4], "N", 1024));
+  /* the plan: page-specific ids and sources say their page size */
+  kf_plan plan = {0};
+  kf_plan_add_model(&plan, m);
+  KF_CHECK(plan.n == 5 * 4);
+  KF_CHECK(kf_plan_find(&plan, "m/attn/w1p16/sm_90a") != NULL);
+  KF_CHECK(kf_plan_find(&plan, "m/attn/w8p64/sm_90a") != NULL);
+  KF_CHECK(kf_plan_find(&plan, "m/norm/w2/sm_90a") != NULL);
+  KF_CHECK(kf_plan_find(&plan, "m/norm/w2p64/sm_90a") == NULL);
+  KF_CHECK(kf_plan_find(&plan, "m/attn/w1/sm_90a") == NULL);
+  const kf_instance *in = kf_plan_find(&plan, "m/tiles/w4p16/sm_90a");
+  KF_CHECK(in && !strcmp(in->rel_source, "m/sm_90a/tiles_w4p16.cu"));
+  KF_CHECK(in && strstr(in->source, "static constexpr int N = 256;"));
+  kf_plan_free(&plan);
+  kf_model_free(m);
+}
+
+KF_TEST(model__one_page_size_keeps_the_ids_and_a_list_takes_the_default_first) {
+  fx_model_tree();
+  kf_model *m = load_page_sizes("", "[64, 16]", NULL); /* no page_size: no field */
+  KF_CHECK(m == NULL);
+  kf_model_free(m);
+  /* without page_sizes nothing says p<P> */
+  m = fx_load_desc("models/m.json",
+                   "{\"name\": \"m\", \"shape\": {\"page_size\": 64}, \"kernels\": [{\"kind\": "
+                   "\"attn\", \"template\": \"t_all\", \"params\": {\"N\": 64, \"EPS\": 0.5, "
+                   "\"PAGE\": \"page_size\"}}]}\n",
+                   NULL, NULL);
+  KF_CHECK(m && m->npage_sizes == 0 && m->nkernels == 1);
+  if (m) {
+    kf_plan plan = {0};
+    kf_plan_add_model(&plan, m);
+    KF_CHECK(kf_plan_find(&plan, "m/attn/w1/sm_90a") != NULL);
+    kf_plan_free(&plan);
+  }
+  kf_model_free(m);
+}
+
+KF_TEST(model__bad_page_sizes_are_named) {
+  fx_model_tree();
+  const struct {
+    const char *shape, *sizes, *line;
+  } cases[] = {
+      {", \"page_size\": 16", "16", "models/m.json: page_sizes: error: must be a non-empty array"},
+      {", \"page_size\": 16", "[]", "models/m.json: page_sizes: error: must be a non-empty array"},
+      {", \"page_size\": 16", "[16, 0]",
+       "models/m.json: page_sizes[1]: error: must be an integer from 1 to 1048576, got 0"},
+      {", \"page_size\": 16", "[16, \"64\"]",
+       "models/m.json: page_sizes[1]: error: must be an integer from 1 to 1048576, got a string"},
+      {", \"page_size\": 16", "[16, 64, 16]",
+       "models/m.json: page_sizes[2]: error: page size 16 is listed twice"},
+      {", \"page_size\": 16", "[64]",
+       "models/m.json: page_sizes: error: must include the shape's page_size, 16"},
+      {"", "[16]", "models/m.json: page_sizes: error: the shape has no integer page_size field"},
+      /* a size the template refuses: named with the kernel and the size */
+      {", \"page_size\": 16", "[16, 32]",
+       "models/m.json: kernels[1].params.PAGE: error: must be one of 16, 64, got 32 (from "
+       "\"page_size\") (for page size 32 of page_sizes)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *err = NULL;
+    kf_model *m = load_page_sizes(cases[i].shape, cases[i].sizes, &err);
+    KF_CHECK(m == NULL);
+    if (!err || !strstr(err, cases[i].line))
+      fprintf(stderr, "case %zu: want the line: %s\ngot: %s\n", i, cases[i].line,
+              err ? err : "(nothing)");
+    KF_CHECK(err && strstr(err, cases[i].line));
+    kf_model_free(m);
+    free(err);
+  }
+}
+
 KF_TEST(model__description_kernel_replaces_the_family_kind) {
   fx_model_tree();
   char *desc = kf_xasprintf(FAM_DESC, ",\n \"kernels\": [{\"kind\": \"proj\", \"template\": "

@@ -43,7 +43,9 @@ TINY = {
 # page-size part): the loop over pages of 32 and 64 tokens, and over a
 # token-granular pool (pages of one token).
 PAGE_SIZES = {"tiny-qwen3-p32": ("tiny-qwen3", 32), "tiny-llama-p64": ("tiny-llama", 64),
-              "tiny-qwen2-p1": ("tiny-qwen2", 1)}
+              "tiny-qwen2-p1": ("tiny-qwen2", 1),
+              # one description of two page sizes: 16 its default, 1 asked by name
+              "tiny-qwen3-ps": ("tiny-qwen3", (16, 1))}
 PROMPTS = [[5, 17, 300, 42, 1999], [7], [1000, 3, 9, 11, 12, 13, 14, 15, 16]]
 LONG_PROMPTS = [list(range(1, 70)), [3] * 40]  # past a page of 64 tokens
 NEW_TOKENS = 10
@@ -164,9 +166,10 @@ def ref_logits(w, c, tokens):
 
 
 class DecodeExample(unittest.TestCase):
-    def _run(self, name, prompts, seed, new_tokens=NEW_TOKENS):
+    def _run(self, name, prompts, seed, new_tokens=NEW_TOKENS, page_size=None):
         import torch
-        config, page_size = PAGE_SIZES.get(name, (name, None))
+        config, built = PAGE_SIZES.get(name, (name, None))
+        page_size = page_size or built
         cache = os.environ.get("KFORGE_TEST_CACHE")
         if not cache:
             self.fail("KFORGE_TEST_CACHE must name a cache holding the tiny models "
@@ -177,7 +180,9 @@ class DecodeExample(unittest.TestCase):
             model = decode.Model.load(ckpt, cache, ARCH, name, [int(x) for x in WIDTHS.split(",")],
                                       page_size)
         if page_size:
-            self.assertEqual(model.page_size, page_size, "the kernels of that page size")
+            want = decode.page_size_list(page_size)[0]
+            self.assertEqual(model.page_size, want, "the kernels of that page size")
+            self.assertEqual(sorted(model.rt.page_sizes), sorted(decode.page_size_list(built)))
         history = [[] for _ in prompts]
         worst = {"cos": 1.0, "rel": 0.0, "agree": 0, "close": 0}
 
@@ -232,6 +237,12 @@ class DecodeExample(unittest.TestCase):
     def test_qwen2_pages_of_one_token(self):
         self._run("tiny-qwen2-p1", LONG_PROMPTS, 7, new_tokens=4)
 
+    def test_qwen3_two_page_sizes_the_default(self):
+        self._run("tiny-qwen3-ps", LONG_PROMPTS, 8, new_tokens=4)
+
+    def test_qwen3_two_page_sizes_the_other_by_name(self):
+        self._run("tiny-qwen3-ps", LONG_PROMPTS, 9, new_tokens=4, page_size=(1, 16))
+
     def test_qwen3_one_row(self):
         self._run("tiny-qwen3", [[11, 22, 33]], 3)
 
@@ -243,7 +254,9 @@ def prepare(cache):
             d = os.path.join(tmp, name)
             write_config(d, config)
             rc = decode.main([d, "--build-only", "--cache", cache, "--arch", ARCH, "--name", name,
-                              "--widths", WIDTHS] + (["--page-size", str(page_size)] if page_size else []))
+                              "--widths", WIDTHS] +
+                             (["--page-size", ",".join(map(str, decode.page_size_list(page_size)))]
+                              if page_size else []))
             if rc != 0:
                 sys.exit(rc)
 

@@ -203,6 +203,86 @@ class BindingTest(unittest.TestCase):
             rt.kernel("norm", 3, page_size=-2)
         rt.close()
 
+    def paged_manifest(self, edit=None):
+        """A cache whose kind proj is built for pages of 16 tokens at widths
+        1 and 4 and for pages of 1 token at width 4, as kforge writes a
+        description with "page_sizes": [16, 1]; edit(manifest) may change it
+        before it is written."""
+        import copy
+        import json
+        self.make(specs=(("norm", "1,2,4,8", NORM), ("proj", "1,4", PROJ)))
+        path = os.path.join(self.cache, "v1", "manifests", "m", "sm_90a.json")
+        with open(path) as f:
+            man = json.load(f)
+        man["page_size"] = 16
+        extra = []
+        for k in man["kernels"]:
+            if k["kind"] == "proj":
+                k["page_size"] = 16
+                k["id"] = f"m/proj/w{k['width']}p16/sm_90a"
+                if k["width"] == 4:
+                    p1 = copy.deepcopy(k)
+                    p1["page_size"], p1["id"] = 1, "m/proj/w4p1/sm_90a"
+                    extra.append(p1)
+        man["kernels"] += extra
+        if edit:
+            edit(man)
+        with open(path, "w") as f:
+            json.dump(man, f)
+
+    def test_kernels_of_several_page_sizes(self):
+        """A manifest of several page sizes serves each kind's kernel of the
+        page size asked, the manifest's default when none is, and names the
+        sizes it has when another is asked."""
+        self.paged_manifest()
+        rt = self.open()
+        self.assertEqual(rt.page_sizes, (16, 1))
+        k = rt.kernel("proj", 1)
+        self.assertEqual((k.id, k.width, k.page_size), ("m/proj/w1p16/sm_90a", 1, 16))
+        self.assertEqual(rt.kernel("proj", 2).id, "m/proj/w4p16/sm_90a")  # not w4p1
+        self.assertEqual(rt.kernel("proj", 2, page_size=16).id, "m/proj/w4p16/sm_90a")
+        k = rt.kernel("proj", 1, page_size=1)  # no width 1 at this page size
+        self.assertEqual((k.id, k.width, k.page_size), ("m/proj/w4p1/sm_90a", 4, 1))
+        with self.assertRaises(kforge.NoKernelError) as cm:
+            rt.kernel("proj", 5, page_size=1)
+        self.assertIn("largest width of kind 'proj' (4)", cm.exception.reason)
+        with self.assertRaises(kforge.Error) as cm:
+            rt.kernel("proj", 1, page_size=32)
+        self.assertEqual(cm.exception.status, kforge.Status.NO_PAGE_SIZE)
+        self.assertIn("built for KV-cache pages of 16, 1 tokens, not 32", cm.exception.reason)
+        self.assertIn("page_sizes", cm.exception.reason)
+        norm = rt.kernel("norm", 1, page_size=1)
+        self.assertEqual((norm.id, norm.page_size), ("m/norm/w1/sm_90a", None))
+        rt.close()
+        # one page size (no "page_size" of its own): the kernels as built
+        self.make()
+        rt = self.open()
+        self.assertEqual(rt.page_sizes, ())
+        rt.close()
+
+    def test_page_size_ids_are_checked(self):
+        """An id says its page size exactly when the manifest holds several;
+        the runtime refuses one that does not match its entry."""
+        def no_default(man):
+            del man["page_size"]
+
+        def wrong_size(man):
+            man["kernels"][-1]["page_size"] = 64
+
+        def plain_id(man):
+            man["kernels"][-1]["id"] = "m/proj/w4/sm_90a"
+
+        for edit, want in ((no_default, "'m/proj/w1p16/sm_90a' does not match"),
+                           (wrong_size, "does not match model/kind/width/arch "
+                                        "'m/proj/w4p64/sm_90a'"),
+                           (plain_id, "'m/proj/w4/sm_90a' does not match")):
+            self.paged_manifest(edit)
+            with self.assertRaises(kforge.Error) as cm:
+                self.open()
+            self.assertEqual(cm.exception.status, kforge.Status.BAD_MANIFEST, edit.__name__)
+            self.assertIn(want, cm.exception.reason)
+            shutil.rmtree(self.cache)
+
     def test_open_reports_arch_model_and_kernel_ids(self):
         self.make()
         self.make(arch="sm_90")

@@ -357,7 +357,7 @@ KF_TEST(find__a_kernel_built_for_a_page_size_serves_only_that_one) {
   KF_CHECK(kf_kernel_find_ex(rt, "proj", 3, &v, &k) == KF_ERR_NO_PAGE_SIZE && k == NULL);
   KF_CHECK(kf_runtime_error(rt, reason, sizeof reason) == KF_ERR_NO_PAGE_SIZE);
   KF_CHECK_CONTAINS(reason, "kind 'proj' of model 'm' is built for KV-cache pages of 16 tokens");
-  KF_CHECK_CONTAINS(reason, "page_size 1");
+  KF_CHECK_CONTAINS(reason, "not 1: list 1 in the description's page_sizes");
   KF_CHECK_STR_EQ(kf_strerror(KF_ERR_NO_PAGE_SIZE), "no kernel of this kind for that page size");
   /* kernels that take no page size serve any */
   KF_CHECK(kf_kernel_find_ex(rt, "norm", 3, &v, &k) == KF_OK && kf_kernel_page_size(k) == 0);
@@ -367,6 +367,24 @@ KF_TEST(find__a_kernel_built_for_a_page_size_serves_only_that_one) {
   KF_CHECK(kf_kernel_find_ex(rt, "norm", 9, &v, &k) == KF_ERR_NO_WIDTH);
   v.page_size = -1;
   KF_CHECK(kf_kernel_find_ex(rt, "norm", 1, &v, &k) == KF_ERR_INVALID_ARGUMENT);
+  kf_runtime_close(rt);
+  drop_cache(cache);
+}
+
+KF_TEST(runtime__page_sizes_are_those_the_kernels_were_built_for) {
+  const char *arches[] = {"sm_90a"};
+  char *cache = std_cache(arches, 1);
+  kf_runtime *rt = NULL;
+  int sizes[4] = {-1, -1, -1, -1};
+  fresh();
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_runtime_page_sizes(rt, sizes, 4) == 0 && sizes[0] == -1);
+  kf_runtime_close(rt);
+  set_page_size(cache, "proj", 64);
+  KF_CHECK(open_cuda(cache, 0, &rt) == KF_OK);
+  KF_CHECK(kf_runtime_page_sizes(rt, NULL, 0) == 1);
+  KF_CHECK(kf_runtime_page_sizes(rt, sizes, 4) == 1 && sizes[0] == 64 && sizes[1] == -1);
+  KF_CHECK(kf_runtime_page_sizes(NULL, sizes, 4) == 0);
   kf_runtime_close(rt);
   drop_cache(cache);
 }

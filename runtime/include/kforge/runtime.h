@@ -178,6 +178,12 @@ KF_API int kf_runtime_layer_type_count(const kf_runtime *rt);
 KF_API kf_status kf_runtime_layer_type(kf_runtime *rt, int i, const char **name, int *count,
                                        const char *const **kinds, int *nkinds);
 
+/* The KV-cache page sizes the model's kernels were built for, the one served
+ * when a caller names none first, the others ascending: writes at most max
+ * of them to sizes (which may be NULL when max is 0) and returns how many
+ * there are; 0 when no kernel takes a page size. */
+KF_API int kf_runtime_page_sizes(const kf_runtime *rt, int *sizes, int max);
+
 /* Number of kernels in the manifest, and the i-th in manifest (id) order.
  * kf_runtime_kernel fails with KF_ERR_INVALID_ARGUMENT when i is out of
  * range. The kernel is owned by rt; it need not be loaded yet (lazy). */
