@@ -9,8 +9,10 @@ kforge.Error carries the runtime's reason and .status; kforge.NoKernelError
 (a subclass) means rows exceed the largest width: use the fallback path."""
 from ._lib import path as library_path
 from .runtime import Buffer, Error, Kernel, LayerType, NoKernelError, Runtime, Status
+from .check import Difference, layer_phases
 
 __all__ = [
-    "Buffer", "Error", "Kernel", "LayerType", "NoKernelError", "Runtime", "Status", "library_path"
+    "Buffer", "Difference", "Error", "Kernel", "LayerType", "NoKernelError", "Runtime", "Status",
+    "layer_phases", "library_path"
 ]
 __version__ = "0.1.0"

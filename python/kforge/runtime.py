@@ -185,6 +185,15 @@ class Runtime:
             k = self._kernels[key] = Kernel(self, h.value, rows)
         return k
 
+    def check_layer(self, rows, args, kind="layer", page_size=None, stream=None, chain=None):
+        """Check mode: runs one step through the layer kernel of `kind` and
+        through the chain of its phase kinds on copies of the same inputs
+        and returns the first kforge.Difference (phase kind, parameter, row,
+        index, both values), or None when all outputs are bitwise equal;
+        args are the layer kernel's arguments by name (kforge/check.py)."""
+        from .check import check_layer
+        return check_layer(self, rows, args, kind, page_size, stream, chain)
+
     def close(self):
         """Unloads everything; kernels of this runtime must not be used after."""
         if self._h is not None:

@@ -109,6 +109,58 @@ class LayerKernelTest(unittest.TestCase):
         kv, x, residual = inputs(s, k.width, rows, torch.Generator().manual_seed(9))
         return s, rt, w, k, kv, x, residual
 
+    def test_check_mode_finds_no_difference_and_names_a_planted_one(self):
+        """Runtime.check_layer (the binding's check mode) on live inputs: the
+        layer kernel and the chain agree, and the caller's tensors end as
+        the layer kernel leaves them; a chain whose post_attn_norm is the
+        caller's own code, one element off, is reported at that element."""
+        import kforge
+        s, rt, w, k, kv, x, residual = self.one_step()
+        lk = L.LayerKernelState(k)
+        pos, slots = kv.positions(), kv.slots_for_last_token()
+        params = L.arg_names(k)
+
+        def named_args(buf, res):
+            named = {f"{kind}_{n}": v for kind, a in
+                     L.layer_phase_args(s, w, buf, kv, x, res, pos, slots).items()
+                     for n, v in a.items()}
+            named.update(lk.bufs)
+            return {n: v for n, v in named.items() if n in params}
+
+        k0, v0 = kv.k.clone(), kv.v.clone()
+        buf, res = L.LayerBuffers(s, k.width), residual.clone()
+        self.assertIsNone(rt.check_layer(3, named_args(buf, res)))
+        self.assertEqual(lk.status()[0], 0, lk.status())
+        got = (buf.mlp[:3].clone(), res[:3].clone(), kv.k.clone())
+        self.assertFalse(L.is_poison(got[0]))
+        # the same inputs through the layer kernel alone: what check left
+        kv.k.copy_(k0)
+        kv.v.copy_(v0)
+        buf2, res2 = L.LayerBuffers(s, k.width), residual.clone()
+        L.run_layer_kernel(lk, s, w, buf2, kv, x, res2, pos, slots)
+        torch.cuda.synchronize()
+        for a, b in zip(got, (buf2.mlp[:3], res2[:3], kv.k)):
+            self.assertIsNone(first_difference(a, b))
+
+        norm = rt.kernel("post_attn_norm", 3)
+
+        def own_norm(named, stream):  # a server's own post_attn_norm, wrong at (1, 5)
+            norm(*[named[n] for n in L.arg_names(norm)], stream=stream)
+            named["out"][1, 5] = named["out"][1, 5] * 2 + 1
+
+        kv.k.copy_(k0)
+        kv.v.copy_(v0)
+        buf, res = L.LayerBuffers(s, k.width), residual.clone()
+        d = rt.check_layer(3, named_args(buf, res), chain={"post_attn_norm": own_norm})
+        self.assertIsInstance(d, kforge.Difference)
+        self.assertEqual((d.kind, d.arg, d.row, d.index), ("post_attn_norm", "out", 1, (1, 5)), d)
+        self.assertEqual(d.layer, buf.h2[1, 5].item())
+        self.assertEqual(d.chain, (torch.tensor(d.layer, dtype=torch.bfloat16) * 2 + 1).item(), d)
+        print(f"check mode: {d}", flush=True)
+        with self.assertRaises(kforge.Error) as cm:
+            rt.check_layer(3, dict(named_args(buf, res), stray=1))
+        self.assertIn("unknown ['stray']", cm.exception.reason)
+
     def test_an_expired_wait_is_reported_and_the_launch_returns(self):
         """A sync area whose entry count says epoch 5 while its counters say 0:
         the second phase's wait can never be met; the launch must return, the

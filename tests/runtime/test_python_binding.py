@@ -283,6 +283,33 @@ class BindingTest(unittest.TestCase):
             self.assertIn(want, cm.exception.reason)
             shutil.rmtree(self.cache)
 
+    def test_layer_phases_come_from_the_parameter_names(self):
+        """A layer kernel's parameters are its phases' as "<kind>_<name>":
+        the phases are the kinds they name, in order, the longest kind
+        winning; the layer's own parameters belong to none."""
+        params = ["input_norm_x", "input_norm_out", "qkv_proj_x", "qkv_proj_w", "o_proj_y",
+                  "qkv_proj_y", "layer_sync", "layer_scratch", "rows"]
+        kinds = {"input_norm": ["x", "out"], "qkv_proj": ["x", "w", "y"], "o_proj": ["x", "y"],
+                 "qkv": ["proj_x"], "layer": ["sync"]}
+        self.assertEqual(kforge.layer_phases(params, {k: v for k, v in kinds.items()
+                                                      if k != "layer"}),
+                         [("input_norm", {"x": "input_norm_x", "out": "input_norm_out"}),
+                          ("qkv_proj", {"x": "qkv_proj_x", "w": "qkv_proj_w", "y": "qkv_proj_y"}),
+                          ("o_proj", {"y": "o_proj_y"})])
+        self.assertEqual(kforge.layer_phases(["rows", "a_b"], {"c": ["b"]}), [])
+
+    def test_check_layer_needs_torch_and_a_layer_kind(self):
+        self.make(specs=(("norm", "4", NORM), ("proj", "4", PROJ),
+                         ("layer", "4", "const float* norm_x; float* norm_y; float norm_eps; "
+                                        "int* layer_sync; int rows")))
+        rt = self.open()
+        self.assertIsNone(sys.modules.get("torch"))
+        with self.assertRaises(kforge.Error) as cm:
+            rt.check_layer(2, {})
+        self.assertEqual(cm.exception.status, kforge.Status.INVALID_ARGUMENT)
+        self.assertIn("needs torch", cm.exception.reason)
+        rt.close()
+
     def test_open_reports_arch_model_and_kernel_ids(self):
         self.make()
         self.make(arch="sm_90")
