@@ -308,10 +308,12 @@ def ref_attention_row(q, k, v, s):
 
 # ---- a decode step's buffers ----------------------------------------------------
 class PagedKV:
-    """A paged KV cache with per-row history: random pages in random order,
-    the tail of each row's last page poisoned with NaN (never to be read)."""
+    """A paged KV cache with per-row history: random pages in random order
+    (order="sequential": each row's pages one after another, as a fresh pool
+    hands them out), the tail of each row's last page poisoned with NaN
+    (never to be read)."""
 
-    def __init__(self, s, lengths, extra_pages=4, gen=None, poison_tail=True):
+    def __init__(self, s, lengths, extra_pages=4, gen=None, poison_tail=True, order="random"):
         self.s = s
         self.lengths = list(lengths)  # tokens each row holds after this step
         ps = s.page_size
@@ -320,7 +322,10 @@ class PagedKV:
         total = sum(need) + extra_pages
         self.k = randn(total, ps, s.hkv, s.d, gen=gen)
         self.v = randn(total, ps, s.hkv, s.d, gen=gen)
-        perm = torch.randperm(total, device="cuda", generator=gen).int()
+        if order == "sequential":
+            perm = torch.arange(total, device="cuda", dtype=torch.int32)
+        else:
+            perm = torch.randperm(total, device="cuda", generator=gen).int()
         self.block_tables = torch.full((len(self.lengths), self.max_pages), -1, dtype=torch.int32,
                                        device="cuda")
         at = 0
