@@ -35,7 +35,9 @@
 // moe_combine. Launches that share them must not overlap.
 //
 // Programmatic: every kind waits for the kernel before first (which experts
-// to read is known only from the router's output).
+// to read is known only from the router's output). Inside a layer kernel
+// (KF_MONO) each kind is a phase: its blocks are work items
+// (block_idx_x / grid_dim_x), and its wait is for the phase before.
 #ifndef KF_MOE_CUH
 #define KF_MOE_CUH
 
@@ -62,16 +64,16 @@ KF_DEVICE int moe_distinct(const int *ids, int rows, int *list) {
   static_assert(W * TOPK <= kMoeThreads, "one thread per choice");
   constexpr int kWords = (EXPERTS + 31) / 32;
   __shared__ unsigned chosen[kWords];
-  const int tid = (int)threadIdx.x;
+  const int tid = (int)threadIdx.x; // (a phase of all the layer block's threads: the same)
   if (tid < kWords)
     chosen[tid] = 0u;
-  __syncthreads();
+  block_sync<kMoeThreads>();
   if (tid < rows * TOPK) {
     const int e = ids[tid];
     if (e >= 0 && e < EXPERTS)
       atomicOr(&chosen[e / 32], 1u << (e % 32));
   }
-  __syncthreads();
+  block_sync<kMoeThreads>();
   int below = 0, n = 0;
 #pragma unroll
   for (int q = 0; q < kWords; ++q) {
@@ -84,7 +86,7 @@ KF_DEVICE int moe_distinct(const int *ids, int rows, int *list) {
   }
   if (tid < EXPERTS && (chosen[tid / 32] >> (tid % 32) & 1u))
     list[below] = tid;
-  __syncthreads();
+  block_sync<kMoeThreads>();
   return n;
 }
 
@@ -208,7 +210,7 @@ KF_DEVICE void moe_router_body(const kf_bf16 *x, const kf_bf16 *w, const float *
   constexpr int kWarps = kMoeThreads / kWarpSize;
   const int warp = warp_id(), lane = lane_id();
   for (int q = warp; q < kRouterExperts; q += kWarps) {
-    const int e = (int)blockIdx.x * kRouterExperts + q;
+    const int e = block_idx_x() * kRouterExperts + q;
     if (e >= E)
       break;
     float acc[W];
@@ -236,7 +238,7 @@ KF_DEVICE void moe_router_body(const kf_bf16 *x, const kf_bf16 *w, const float *
         logits[(long long)r * E + e] = sum;
     }
   }
-  if (!block_arrives_last<kMoeThreads>(semaphores, 0, (int)gridDim.x, 1, is_last))
+  if (!block_arrives_last<kMoeThreads>(semaphores, 0, grid_dim_x(), 1, is_last))
     return;
   // The experts of rows warp, warp + kWarps, ...: lane l holds experts l,
   // l + warp size, ...
@@ -264,16 +266,16 @@ KF_DEVICE void moe_router_sigmoid_entry(const kf_bf16 *x, const kf_bf16 *w, cons
 // ---- experts -----------------------------------------------------------------
 
 // The work items of moe_gate_up and moe_down: (slot, tile) pairs, slot-major,
-// n_slots * TILES of them; block b takes items b, b + gridDim.x, ... (the
+// n_slots * TILES of them; block b takes items b, b + blocks, ... (the
 // schemas size the grid to min(W * TOPK, EXPERTS, ceil(1024 / TILES)) *
 // TILES: at most the items a width can have, and about 1024 blocks, so that
 // no block is launched only to find nothing to do and every block has about
 // as many items). Batch invariance does not depend on which block takes an
 // item: its sums follow the tile (skinny_gemm_block's ROT_AT).
 template <int TILES, class Item> KF_DEVICE void moe_items(int n_slots, Item item) {
-  for (int i = (int)blockIdx.x; i < n_slots * TILES; i += (int)gridDim.x) {
+  for (int i = block_idx_x(); i < n_slots * TILES; i += grid_dim_x()) {
     item(i / TILES, i % TILES);
-    __syncthreads(); // the item's shared memory is free before the next one's copies
+    block_sync<kMoeThreads>(); // the item's shared memory is free before the next one's copies
   }
 }
 
@@ -333,7 +335,7 @@ KF_DEVICE void moe_down_entry(const kf_bf16 *act, const kf_bf16 *w, const int *i
   });
 }
 
-// moe_combine's body: grid [W], block [256], row blockIdx.x. With a shared
+// moe_combine's body: grid [W], block [256], row block_idx_x(). With a shared
 // expert (SHARED), its output shared[r] (bf16, from the dense kinds) is
 // added to the rank-order sum before the one rounding.
 template <class P, bool SHARED>
@@ -343,14 +345,14 @@ KF_DEVICE void moe_combine_body(const float *y, const float *weights, const kf_b
   static_assert(H % 8 == 0, "HIDDEN must be a multiple of 8");
   grid_dep_launch();
   grid_dep_wait(); // y comes from moe_down, weights from the router
-  const int r = (int)blockIdx.x;
+  const int r = block_idx_x();
   if (r >= rows)
     return;
   float wk[K];
 #pragma unroll
   for (int k = 0; k < K; ++k)
     wk[k] = weights[r * K + k];
-  for (int c = (int)threadIdx.x; c < H / 8; c += kMoeThreads) {
+  for (int c = thread_idx(); c < H / 8; c += kMoeThreads) {
     float acc[8] = {};
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -372,7 +374,7 @@ KF_DEVICE void moe_combine_body(const float *y, const float *weights, const kf_b
   }
 }
 
-// Entry of moe_combine: grid [W], block [256]: row blockIdx.x.
+// Entry of moe_combine: grid [W], block [256]: row block_idx_x().
 template <class P>
 KF_DEVICE void moe_combine_entry(const float *y, const float *weights, kf_bf16 *out, int rows) {
   moe_combine_body<P, false>(y, weights, nullptr, out, rows);

@@ -506,6 +506,7 @@ class ImportHF(unittest.TestCase):
         self.assertEqual({p for kind, p in got if kind in paged}, {16, 1})
         self.assertEqual({p for kind, p in got if kind not in paged}, {None})
         self.assertEqual(sorted(k["id"] for k in man["kernels"]), sorted(both))
+        w.ok("verify", "--cache", "cache", common=False)  # the runtime's reader takes the ids
         src = w.read("out/q/sm_90a/decode_attention_w1p1.cu")
         self.assertIn("static constexpr int PAGE_SIZE = 1;", src)
         self.assertIn("static constexpr int PAGE_SIZE = 16;",

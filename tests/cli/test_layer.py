@@ -6,7 +6,7 @@ with the chain of kinds: tests/gpu/test_layer.py.)"""
 import os
 import unittest
 
-from kfhelp import Work
+from kfhelp import Work, parse_keys
 
 PHASES = ["input_norm", "qkv_proj", "rope_kv_write", "decode_attention", "o_proj",
           "post_attn_norm", "gate_up_proj", "down_proj"]
@@ -100,6 +100,40 @@ class LayerKinds(unittest.TestCase):
         # the separate kinds are all still there
         kinds = {k["kind"] for k in man["kernels"]}
         self.assertEqual(kinds, set(PHASES) | {"layer"})
+
+    def test_moe_layers_compose_the_router_and_the_experts(self):
+        """Qwen3-30B-A3B's layer kind runs the mixture of experts as phases:
+        the router's semaphore is zeroed once like the sync area, the
+        experts' act and y are the layer's buffers, and the separate kinds
+        stay; GLM-4.5-Air gets a layer kind per layer type."""
+        w = Work(self, "layer-moe", copy_shipped=True)
+        build(w, shipped(w, "qwen3-30b-a3b", [2]))
+        man = w.load_json("cache/v1/manifests/qwen3-30b-a3b/sm_90a.json")
+        layer = next(k for k in man["kernels"] if k["kind"] == "layer")
+        params = [p["name"] for p in man["signatures"]["layer"]["params"]]
+        for p in ("router_w", "router_ids", "moe_gate_up_w", "moe_down_y", "moe_combine_out"):
+            self.assertIn(p, params)
+        self.assertLess(params.index("post_attn_norm_out"), params.index("router_x"))
+        self.assertLess(params.index("moe_down_y"), params.index("moe_combine_y"))
+        bufs = {b["arg"]: b for b in layer["buffers"]}
+        self.assertEqual(bufs["router_semaphores"]["init"], "zero_once")
+        self.assertEqual(bufs["moe_down_y"]["bytes"], 2 * 8 * 2048 * 4)  # W x TOPK x HIDDEN fp32
+        self.assertTrue(layer["launch"]["cooperative"] and layer["launch"]["persistent"])
+        meta = w.load_json("cache/v1/" + layer["meta"])
+        self.assertEqual(meta["resources"]["spill_stores"], 0)
+        src = w.read("out/qwen3-30b-a3b/sm_90a/layer_w2.cu")
+        calls = [src.index(e) for e in ("kf::moe_router_entry<kf_params_6>",
+                                        "kf::moe_gate_up_entry<kf_params_7>",
+                                        "kf::moe_down_entry<kf_params_8>",
+                                        "kf::moe_combine_entry<kf_params_9>")]
+        self.assertEqual(calls, sorted(calls))
+        self.assertEqual({k["kind"] for k in man["kernels"]} - {"layer"},
+                         {"input_norm", "qkv_proj", "rope_kv_write", "decode_attention", "o_proj",
+                          "post_attn_norm", "router", "moe_gate_up", "moe_down", "moe_combine"})
+        keys = ("keys", "--templates", "shipped/templates", "--arch", "sm_90a")
+        glm = {kid.split("/")[1] for kid in parse_keys(
+            self, w.ok(*keys, shipped(w, "glm-4.5-air", [1]), common=False).out)}
+        self.assertTrue({"dense_layer", "moe_layer"} <= glm, glm)
 
     def test_a_layer_of_an_unknown_kind_is_refused(self):
         w = Work(self, "layer-bad", copy_shipped=True)

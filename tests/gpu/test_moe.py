@@ -334,6 +334,74 @@ class MoeTests(unittest.TestCase):
                 cos = L.cosine(out[:rows], ref)
                 self.assertGreater(cos, 0.999, f"{model} rows {rows}: cosine {cos:.5f}")
 
+    def test_layer_kernels_are_bitwise_the_chain(self):
+        """Every layer kind of the MoE models (one launch per decoder layer:
+        attention, router and experts as phases; GLM-4.5-Air's dense_layer
+        and moe_layer) gives the bits of the chain of its kinds on the same
+        inputs, by the binding's check mode (Runtime.check_layer), at rows
+        1, 3 and 8, twice on one sync area; the outputs are written."""
+        checked = 0
+        for model in MOE_MODELS:
+            ms, mw = self.model_data(model)
+            s = L.Shape(model)
+            rt = self.rt(model)
+            built = L.built_params(L.kforge_cache(), model)
+            layer_kinds = [k for k in built if k == "layer" or k.endswith("_layer")]
+            if not layer_kinds:
+                print(f"[test_moe] {model}: no layer kind in its description", flush=True)
+                continue
+            aw = L.LayerWeights(s)
+            for kind in layer_kinds:
+                state = {}  # per width: the layer's buffers, its sync area zeroed once
+                for rows in (1, 3, 8):
+                    lk = rt.kernel(kind, rows)
+                    if lk.width not in state:
+                        state[lk.width] = buffers_of(lk)
+                    lb = state[lk.width]
+                    width = lk.width
+                    for launch in range(2):
+                        kv = L.PagedKV(s, [40 + 97 * r for r in range(rows)])
+                        pad = width - rows
+                        kv.seq_lens = torch.cat([kv.seq_lens, torch.ones(
+                            pad, dtype=torch.int32, device="cuda")])
+                        kv.block_tables = torch.cat([kv.block_tables, torch.zeros(
+                            pad, kv.block_tables.shape[1], dtype=torch.int32, device="cuda")])
+                        pos = torch.zeros(width, dtype=torch.int32, device="cuda")
+                        slots = torch.zeros(width, dtype=torch.int32, device="cuda")
+                        pos[:rows], slots[:rows] = kv.positions(), kv.slots_for_last_token()
+                        x, res = L.poisoned(width, s.hidden), L.poisoned(width, s.hidden)
+                        x[:rows], res[:rows] = L.randn(rows, s.hidden), L.randn(rows, s.hidden)
+                        buf = L.LayerBuffers(s, width)
+                        named = {f"{k}_{n}": v for k, a in L.layer_phase_args(
+                            s, aw, buf, kv, x, res, pos, slots).items() for n, v in a.items()}
+                        ids = torch.full((width, ms.topk), -7, dtype=torch.int32, device="cuda")
+                        wts = torch.full((width, ms.topk), float("nan"), device="cuda")
+                        out = L.poisoned(width, s.hidden)
+                        sh_act = L.poisoned(width, ms.shared) if ms.shared else None
+                        sh_y = L.poisoned(width, s.hidden)
+                        act, y = lb.get("moe_gate_up_act"), lb.get("moe_down_y")
+                        moe = {"router": dict(x=buf.h2, w=mw.router, bias=mw.router_bias, ids=ids,
+                                              weights=wts),
+                               "moe_gate_up": dict(x=buf.h2, w=mw.gate_up, ids=ids, act=act),
+                               "moe_down": dict(act=act, w=mw.down, ids=ids, y=y),
+                               "shared_gate_up": dict(x=buf.h2, w=mw.shared_gate_up, out=sh_act),
+                               "shared_down": dict(x=sh_act, w=mw.shared_down, y=sh_y),
+                               "moe_combine": dict(y=y, weights=wts, shared=sh_y, out=out)}
+                        named.update({f"{k}_{n}": v for k, a in moe.items() for n, v in a.items()})
+                        named.update(lb)
+                        params = L.arg_names(lk)
+                        d = rt.check_layer(rows, {n: v for n, v in named.items() if n in params},
+                                           kind=kind)
+                        self.assertIsNone(d, f"{model} {kind} R={rows} launch {launch}")
+                        final = out if "moe_combine_out" in params else buf.mlp
+                        self.assertFalse(L.is_poison(final[:rows]), f"{model} {kind} R={rows}")
+                        sync = lb["layer_sync"][:32].cpu()
+                        self.assertEqual(int(sync[0]), 0, f"{model} {kind}: a wait expired")
+                        checked += 1
+                print(f"[test_moe] {model} {kind}: bitwise the chain at rows 1, 3, 8 "
+                      f"(widths {sorted(state)})", flush=True)
+        self.assertGreater(checked, 0)
+
     def test_moe_decoder_layers_match_the_reference(self):
         """Three whole decoder layers, each running the kinds the manifest's
         layer types name for it (Runtime.layer_kinds: GLM-4.5-Air's layer 0
