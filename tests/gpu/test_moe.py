@@ -222,6 +222,36 @@ def choices(s, rows, how):
     return torch.stack([torch.randperm(s.experts, device="cuda")[:s.topk] for _ in range(rows)]).int()
 
 
+class LayerStep:
+    """The arguments of a layer kernel lk (a kind of the family's "layers")
+    for one step, by name: the dense kinds' as kf_layer gives them, the MoE
+    kinds' over fresh poisoned outputs, and the layer's buffers lb
+    (buffers_of(lk), kept per width: their zero_once parts stay valid)."""
+
+    def __init__(self, s, ms, aw, mw, lk, lb, kv, x, res, pos, slots):
+        width = lk.width
+        self.buf = buf = L.LayerBuffers(s, width)
+        named = {f"{k}_{n}": v for k, a in L.layer_phase_args(
+            s, aw, buf, kv, x, res, pos, slots).items() for n, v in a.items()}
+        self.ids = torch.full((width, ms.topk), -7, dtype=torch.int32, device="cuda")
+        self.wts = torch.full((width, ms.topk), float("nan"), device="cuda")
+        self.out = L.poisoned(width, s.hidden)
+        sh_act = L.poisoned(width, ms.shared) if ms.shared else None
+        sh_y = L.poisoned(width, s.hidden)
+        act, y = lb.get("moe_gate_up_act"), lb.get("moe_down_y")
+        moe = {"router": dict(x=buf.h2, w=mw.router, bias=mw.router_bias, ids=self.ids,
+                              weights=self.wts),
+               "moe_gate_up": dict(x=buf.h2, w=mw.gate_up, ids=self.ids, act=act),
+               "moe_down": dict(act=act, w=mw.down, ids=self.ids, y=y),
+               "shared_gate_up": dict(x=buf.h2, w=mw.shared_gate_up, out=sh_act),
+               "shared_down": dict(x=sh_act, w=mw.shared_down, y=sh_y),
+               "moe_combine": dict(y=y, weights=self.wts, shared=sh_y, out=self.out)}
+        named.update({f"{k}_{n}": v for k, a in moe.items() for n, v in a.items()})
+        named.update(lb)
+        params = L.arg_names(lk)
+        self.named = {n: v for n, v in named.items() if n in params}
+
+
 class MoeTests(unittest.TestCase):
     runtimes = {}
     data = {}
@@ -371,29 +401,11 @@ class MoeTests(unittest.TestCase):
                         pos[:rows], slots[:rows] = kv.positions(), kv.slots_for_last_token()
                         x, res = L.poisoned(width, s.hidden), L.poisoned(width, s.hidden)
                         x[:rows], res[:rows] = L.randn(rows, s.hidden), L.randn(rows, s.hidden)
-                        buf = L.LayerBuffers(s, width)
-                        named = {f"{k}_{n}": v for k, a in L.layer_phase_args(
-                            s, aw, buf, kv, x, res, pos, slots).items() for n, v in a.items()}
-                        ids = torch.full((width, ms.topk), -7, dtype=torch.int32, device="cuda")
-                        wts = torch.full((width, ms.topk), float("nan"), device="cuda")
-                        out = L.poisoned(width, s.hidden)
-                        sh_act = L.poisoned(width, ms.shared) if ms.shared else None
-                        sh_y = L.poisoned(width, s.hidden)
-                        act, y = lb.get("moe_gate_up_act"), lb.get("moe_down_y")
-                        moe = {"router": dict(x=buf.h2, w=mw.router, bias=mw.router_bias, ids=ids,
-                                              weights=wts),
-                               "moe_gate_up": dict(x=buf.h2, w=mw.gate_up, ids=ids, act=act),
-                               "moe_down": dict(act=act, w=mw.down, ids=ids, y=y),
-                               "shared_gate_up": dict(x=buf.h2, w=mw.shared_gate_up, out=sh_act),
-                               "shared_down": dict(x=sh_act, w=mw.shared_down, y=sh_y),
-                               "moe_combine": dict(y=y, weights=wts, shared=sh_y, out=out)}
-                        named.update({f"{k}_{n}": v for k, a in moe.items() for n, v in a.items()})
-                        named.update(lb)
+                        step = LayerStep(s, ms, aw, mw, lk, lb, kv, x, res, pos, slots)
                         params = L.arg_names(lk)
-                        d = rt.check_layer(rows, {n: v for n, v in named.items() if n in params},
-                                           kind=kind)
+                        d = rt.check_layer(rows, step.named, kind=kind)
                         self.assertIsNone(d, f"{model} {kind} R={rows} launch {launch}")
-                        final = out if "moe_combine_out" in params else buf.mlp
+                        final = step.out if "moe_combine_out" in params else step.buf.mlp
                         self.assertFalse(L.is_poison(final[:rows]), f"{model} {kind} R={rows}")
                         sync = lb["layer_sync"][:32].cpu()
                         self.assertEqual(int(sync[0]), 0, f"{model} {kind}: a wait expired")
