@@ -311,11 +311,19 @@ KF_DEVICE void moe_gate_up_entry(const kf_bf16 *x, const kf_bf16 *w, const int *
 // Entry: grid [G * HIDDEN / 16] (moe_items), block [256]. Item (slot, tile):
 // 16 rows of the slot's expert's w_down; y[r][k][:] for every row r whose
 // rank-k choice is that expert.
+//
+// SMEM_CAP: 0, or the most dynamic shared memory a block asks for on the
+// long path (INTERMEDIATE >= 8192 or DEEP_RING): its weight ring keeps the
+// most slots a warp that fit, 4 down to 2 (gemm_long_slots_within), for
+// more blocks an SM where the 64 KB ring and 4 KB of activations a row would
+// leave room for two (Mixtral's K = 14336 from width 4). The sums are the
+// same bits with any ring.
 template <class P>
 KF_DEVICE void moe_down_entry(const kf_bf16 *act, const kf_bf16 *w, const int *ids, float *y,
                               int rows) {
   constexpr int I = P::INTERMEDIATE, H = P::HIDDEN, W = P::W, K = P::TOPK;
   static_assert(H % kGemmTileRows == 0, "HIDDEN must be a multiple of 16");
+  constexpr int kLongSlots = gemm_long_slots_within(P::SMEM_CAP, W); // 0: the default ring
   __shared__ int list[W * K];
   grid_dep_launch();
   grid_dep_wait(); // act comes from moe_gate_up, ids from the router
@@ -324,7 +332,7 @@ KF_DEVICE void moe_down_entry(const kf_bf16 *act, const kf_bf16 *w, const int *i
     const int e = list[slot];
     const int n0 = tile * kGemmTileRows;
     const long long off[1] = {((long long)e * H + n0) * I};
-    skinny_gemm_block<I, 1, W, kGemmThreads, false, 1, P::DEEP_RING != 0, 0, true>(
+    skinny_gemm_block<I, 1, W, kGemmThreads, false, 1, P::DEEP_RING != 0, 0, true, kLongSlots>(
         act + (long long)slot * W * I, w, off, rows,
         [&](int wrow, int xrow, const float *v) {
           for (int k = 0; k < K; ++k)

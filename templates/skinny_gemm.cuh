@@ -122,25 +122,50 @@ __host__ __device__ constexpr bool gemm_rotate(int LD) {
 }
 
 // Line-path slots (units of 2 KB) a warp keeps in flight (lng: the long path).
-__host__ __device__ constexpr int gemm_line_slots(bool lng) {
-  return (lng ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT) / 2;
+// long_slots > 0: the long path keeps that many instead, in a smaller ring
+// (gemm_long_slots_within); the short path ignores it.
+__host__ __device__ constexpr int gemm_line_slots(bool lng, int long_slots = 0) {
+  return lng && long_slots > 0 ? long_slots
+                               : (lng ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT) / 2;
 }
 
 // The activation ring (KF_GEMM_X_RING): per warp, one W x 128-byte slot per
 // weight slot.
-__host__ __device__ constexpr int gemm_x_ring_bytes(bool lng, int W) {
-  return KF_GEMM_X_RING ? kGemmThreads / 32 * gemm_line_slots(lng) * W * 128 : 0;
+__host__ __device__ constexpr int gemm_x_ring_bytes(bool lng, int W, int long_slots = 0) {
+  return KF_GEMM_X_RING ? kGemmThreads / 32 * gemm_line_slots(lng, long_slots) * W * 128 : 0;
+}
+
+// The long path's weight ring: 64 KB, or with long_slots > 0 every warp's
+// long_slots slots of 16 rows x 128 bytes (16 KB a slot for the block).
+__host__ __device__ constexpr int gemm_long_ring_bytes(int long_slots = 0) {
+  return long_slots > 0 ? kGemmThreads / 32 * long_slots * 2048 : 65536;
+}
+
+// The long path's slots per warp when a block may ask for at most cap bytes
+// of dynamic shared memory (moe_down.json's SMEM_CAP; 0: no cap, which
+// returns 0, the default ring): the most, up to the default 4, whose weight
+// ring (16 KB a slot) and activation ring (W x 1 KB a slot) fit in cap, and
+// never fewer than 2 (one slot read while the next is in flight), whatever
+// the cap. With sm_90's 228 KB an SM (~1 KB reserved a block), a cap of 72 KB
+// keeps 4 slots at widths 1-2 and takes 3 at widths 4 and 8 (60 and 72 KB):
+// three blocks an SM at every width instead of two from width 4.
+__host__ __device__ constexpr int gemm_long_slots_within(int cap, int W) {
+  const int per_slot = gemm_long_ring_bytes(1) + gemm_x_ring_bytes(true, W, 1);
+  const int fit = cap / per_slot;
+  return cap <= 0 ? 0 : fit > 4 ? 4 : fit < 2 ? 2 : fit;
 }
 
 // Dynamic shared memory of one block at width W, as launch.shared_bytes of
 // skinny_gemm.json and gate_up_silu.json spells it (mma: the matrix-
-// instruction path, KF_USE_MMA, the schemas' MMA; lng: the long path). The
-// portable path uses none. On the short path the weight ring is static and
-// only the activation ring is dynamic; on the long path the 64 KB weight
-// ring comes first (the warps' partial tiles reuse it), then the activation
-// ring.
-__host__ __device__ constexpr int gemm_dyn_smem_bytes(bool mma, bool lng, int W) {
-  return mma ? 65536 * lng + gemm_x_ring_bytes(lng, W) : 0;
+// instruction path, KF_USE_MMA, the schemas' MMA; lng: the long path;
+// long_slots: as gemm_line_slots'; moe_down.json spells the sizes it gives
+// with its SMEM_CAP). The portable path uses none. On the short path the
+// weight ring is static and only the activation ring is dynamic; on the long
+// path the weight ring (64 KB by default) comes first (the warps' partial
+// tiles reuse it), then the activation ring.
+__host__ __device__ constexpr int gemm_dyn_smem_bytes(bool mma, bool lng, int W,
+                                                      int long_slots = 0) {
+  return mma ? gemm_long_ring_bytes(long_slots) * lng + gemm_x_ring_bytes(lng, W, long_slots) : 0;
 }
 
 // A layer kernel's dynamic shared memory for a projection phase: the
@@ -148,8 +173,11 @@ __host__ __device__ constexpr int gemm_dyn_smem_bytes(bool mma, bool lng, int W)
 // ring (the schemas' launch.layer_shared_bytes spell the same).
 constexpr int kGemmLayerRedBytes = 8192;
 constexpr int kGemmLayerRingBytes = 32768;
-__host__ __device__ constexpr int gemm_layer_smem_bytes(bool mma, bool lng, int W) {
-  return mma ? gemm_dyn_smem_bytes(true, lng, W) + kGemmLayerRedBytes + kGemmLayerRingBytes : 0;
+__host__ __device__ constexpr int gemm_layer_smem_bytes(bool mma, bool lng, int W,
+                                                        int long_slots = 0) {
+  return mma ? gemm_dyn_smem_bytes(true, lng, W, long_slots) + kGemmLayerRedBytes +
+                   kGemmLayerRingBytes
+             : 0;
 }
 
 #if KF_USE_MMA
@@ -392,7 +420,8 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 // blocks exit.
 //
 // DEEP: the long path (gemm_long) at any K: twice the weights in flight per
-// warp, from a 64 KB ring in dynamic shared memory (the schemas' DEEP_RING).
+// warp, from a 64 KB ring in dynamic shared memory (the schemas' DEEP_RING;
+// LONG_SLOTS below may make it smaller).
 // LATE: weight slots copied after the first activations (warp_gemm_tiles_lines;
 // the schemas' LATE_SLOTS).
 //
@@ -400,8 +429,15 @@ KF_DEVICE void warp_gemm_tiles_lines(float acc[NT][4], const kf_bf16 *w, const l
 // (gemm_rotate) is rot_at, not blockIdx.x: a row's sums depend on it, so a
 // caller whose block index depends on anything but the tile passes the
 // tile's own index.
+//
+// LONG_SLOTS: 0, or the slots per warp of the long path's weight ring
+// (gemm_line_slots; the fragment path keeps twice as many 32-k steps), in
+// LONG_SLOTS x 16 KB instead of 64 KB, the activation ring shrinking with
+// it: fewer bytes in flight a block, more blocks an SM (moe_down.json's
+// SMEM_CAP, through gemm_long_slots_within). A warp sums its units in the
+// same order whatever the ring's size: the sums do not depend on it.
 template <int K, int NTI, int W, int THREADS, bool HALVES = false, int KSPLIT = 1,
-          bool DEEP = false, int LATE = 0, bool ROT_AT = false, class Epi>
+          bool DEEP = false, int LATE = 0, bool ROT_AT = false, int LONG_SLOTS = 0, class Epi>
 KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
                                  const long long (&tile_off)[NTI], int rows, Epi epi,
                                  [[maybe_unused]] int rot_at = 0) {
@@ -473,13 +509,15 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   constexpr int KM = KL / (32 * kWarps) * (32 * kWarps), KT = KL - KM;
   static_assert(KM > 0, "K / KSPLIT must be at least 32 * warps per block");
   constexpr bool kLong = gemm_long(KL, DEEP);
-  constexpr int kInFlight = kLong ? KF_GEMM_STEPS_IN_FLIGHT_LONG : KF_GEMM_STEPS_IN_FLIGHT;
+  static_assert(LONG_SLOTS >= 0, "LONG_SLOTS: 0 (the default ring) or the slots a warp keeps");
+  constexpr int kInFlightLong = LONG_SLOTS ? 2 * LONG_SLOTS : KF_GEMM_STEPS_IN_FLIGHT_LONG;
+  constexpr int kInFlight = kLong ? kInFlightLong : KF_GEMM_STEPS_IN_FLIGHT;
   constexpr int kUnroll = kInFlight / NT > 0 ? kInFlight / NT : 1;
   // The line ring holds the same bytes as the fragment ring: slots of 2 KB
   // per warp, half as many as 1 KB fragment steps.
   constexpr bool kLines = KF_GEMM_LINES && KF_GEMM_ASYNC && KM % (64 * kWarps) == 0;
-  constexpr int kLineSlots = gemm_line_slots(kLong);        // also what sizes the activation ring
-  [[maybe_unused]] constexpr int kSteps = KM / 32 / kWarps; // register path (KF_GEMM_ASYNC 0)
+  constexpr int kLineSlots = gemm_line_slots(kLong, LONG_SLOTS); // also sizes the activation ring
+  [[maybe_unused]] constexpr int kSteps = KM / 32 / kWarps;      // register path (KF_GEMM_ASYNC 0)
   float acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i)
@@ -492,34 +530,36 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
                                 warp < KT / 32 ? 1 : 0, lane);
   };
   float(*red)[NT][128];
-  // launch.shared_bytes == gemm_dyn_smem_bytes(true, kLong, W); a launch with less
-  // would write past it
+  // launch.shared_bytes == kDynBytes; a launch with less would write past it
+  constexpr int kDynBytes = gemm_dyn_smem_bytes(true, kLong, W, LONG_SLOTS);
+  constexpr int kRingBytes = gemm_long_ring_bytes(LONG_SLOTS); // the long path's weight ring
   KF_DYNAMIC_SMEM(kf_gemm_smem);
-  if (dynamic_smem_bytes() < (unsigned)gemm_dyn_smem_bytes(true, kLong, W))
+  if (dynamic_smem_bytes() < (unsigned)kDynBytes)
     __trap();
   // The activation ring, after the long path's weight ring.
-  constexpr int kXRingAt = kLong ? 65536 : 0;
+  constexpr int kXRingAt = kLong ? kRingBytes : 0;
   vec8 *xring = reinterpret_cast<vec8 *>(kf_gemm_smem + kXRingAt);
-  static_assert(kXRingAt + gemm_x_ring_bytes(kLong, W) <= gemm_dyn_smem_bytes(true, kLong, W),
+  static_assert(kXRingAt + gemm_x_ring_bytes(kLong, W, LONG_SLOTS) <= kDynBytes,
                 "activation ring exceeds shared_bytes");
 #if KF_MONO
   // In a layer kernel the short path's static ring and partial tiles follow
   // the dynamic part (gemm_layer_smem_bytes), reused by the other phases.
-  constexpr int kStaticAt = gemm_dyn_smem_bytes(true, kLong, W);
-  if (dynamic_smem_bytes() < (unsigned)gemm_layer_smem_bytes(true, kLong, W))
+  constexpr int kStaticAt = kDynBytes;
+  if (dynamic_smem_bytes() < (unsigned)gemm_layer_smem_bytes(true, kLong, W, LONG_SLOTS))
     __trap();
 #endif // KF_MONO
   if constexpr (kLong) {
     // The weight ring lives in dynamic shared memory; once every copy has
     // landed, the warps' partial tiles reuse it.
-    static_assert(kUnroll * NT * 2 * THREADS * 16 <= 65536, "ring exceeds shared_bytes");
-    static_assert(kWarps * NT * 128 * 4 <= 65536, "reduction exceeds shared_bytes");
+    static_assert(kUnroll * NT * 2 * THREADS * 16 <= kRingBytes, "ring exceeds shared_bytes");
+    static_assert(kWarps * NT * 128 * 4 <= kRingBytes, "reduction exceeds shared_bytes");
     for (int sl = slice0; sl < slice1; ++sl) {
       const kf_bf16 *ws = w + (long long)sl * KL, *xs = x + (long long)sl * KL;
 #if KF_GEMM_ASYNC
       vec8 *ring = reinterpret_cast<vec8 *>(kf_gemm_smem);
       if constexpr (kLines) {
-        static_assert(kWarps * kLineSlots * 128 * 16 <= 65536, "line ring exceeds shared_bytes");
+        static_assert(kWarps * kLineSlots * 128 * 16 <= kRingBytes,
+                      "line ring exceeds shared_bytes");
         warp_gemm_tiles_lines<KM, K, NT, kLineSlots, kWarps, W, kLong, HALVES, LATE, ROT_AT>(
             acc, ws, lo, hi, xs, rows, ring, xring, warp, lane, rot_at);
       } else {

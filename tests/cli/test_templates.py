@@ -1,7 +1,7 @@
 """The shipped GEMM templates' schemas against their headers.
 
-skinny_gemm.json and gate_up_silu.json spell launch.shared_bytes as an
-expression of their parameters; the kernels trap on the GPU when a launch gives
+skinny_gemm.json, gate_up_silu.json and moe_down.json spell
+launch.shared_bytes as an expression of their parameters; the kernels trap on the GPU when a launch gives
 less dynamic shared memory than gemm_dyn_smem_bytes (skinny_gemm.cuh) asks
 for. Here, with no GPU, a host program built from the header prints what the
 kernel asks for, and every parameter combination the schemas allow must get at
@@ -31,6 +31,17 @@ int main() {
             if (k % (256 * ksplit) == 0)
               std::printf("%d %d %d %d %d %d\n", mma, k, ksplit, deep, w,
                           kf::gemm_dyn_smem_bytes(mma != 0, kf::gemm_long(k / ksplit, deep != 0), w));
+  // moe_down (KSPLIT 1) with its SMEM_CAP: "moe" lines
+  const int is[] = {768, 1408, 4096, 8192, 14336};
+  const int caps[] = {0, 1, 30000, 40960, 57344, 61440, 73728, 98304, 232448};
+  for (int mma = 0; mma <= 1; ++mma)
+    for (int i : is)
+      for (int deep = 0; deep <= 1; ++deep)
+        for (int w = 1; w <= 8; ++w)
+          for (int cap : caps)
+            std::printf("moe %d %d %d %d %d %d\n", mma, i, deep, w, cap,
+                        kf::gemm_dyn_smem_bytes(mma != 0, kf::gemm_long(i, deep != 0), w,
+                                                kf::gemm_long_slots_within(cap, w)));
   return 0;
 }
 """
@@ -40,7 +51,8 @@ def schema_shared_bytes(expr, names):
     """The schema's integer expression (+ - * / and parentheses, `/`
     truncating as kforge's does for non-negative integers)."""
     py = expr.replace("/", "//")
-    return eval(py, {"__builtins__": {}}, dict(names))  # noqa: S307 (the checkout's own file)
+    return eval(py, {"__builtins__": {}, "min": min, "max": max},  # noqa: S307 (the checkout's own file)
+                dict(names))
 
 
 class GemmSharedBytes(unittest.TestCase):
@@ -54,7 +66,10 @@ class GemmSharedBytes(unittest.TestCase):
         subprocess.run([real_nvcc(), "-std=c++17", "-I", TEMPLATES, "-o", exe, src], check=True,
                        capture_output=True)
         out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
-        cls.asked = [tuple(int(v) for v in line.split()) for line in out.splitlines()]
+        lines = out.splitlines()
+        cls.asked = [tuple(int(v) for v in line.split()) for line in lines if not line.startswith("moe")]
+        cls.moe_asked = [tuple(int(v) for v in line.split()[1:]) for line in lines
+                         if line.startswith("moe")]
 
     def check(self, schema_file):
         with open(os.path.join(TEMPLATES, schema_file)) as f:
@@ -75,6 +90,34 @@ class GemmSharedBytes(unittest.TestCase):
 
     def test_gate_up_silu_schema_gives_what_the_kernel_asks(self):
         self.check("gate_up_silu.json")
+
+    def test_moe_down_schema_gives_what_the_kernel_asks(self):
+        with open(os.path.join(TEMPLATES, "moe_down.json")) as f:
+            expr = json.load(f)["launch"]["shared_bytes"]
+        self.assertGreater(len(self.moe_asked), 100)
+        for mma, i, deep, w, cap, asked in self.moe_asked:
+            got = schema_shared_bytes(expr, {"MMA": mma, "INTERMEDIATE": i, "DEEP_RING": deep, "W": w,
+                                             "SMEM_CAP": cap})
+            self.assertEqual(got, asked, f"moe_down.json: MMA={mma} INTERMEDIATE={i} DEEP_RING={deep} "
+                                         f"W={w} SMEM_CAP={cap}: launch.shared_bytes {got}, the kernel "
+                                         f"asks {asked}")
+
+    def test_moe_down_smem_cap_shrinks_the_long_ring_only_where_it_must(self):
+        asked = {(i, d, w, c): v for m, i, d, w, c, v in self.moe_asked if m == 1}
+        for w in (1, 2, 4, 8):
+            # no cap: skinny_gemm's rings (64 KB of weights and 4 KB a row on the long path)
+            self.assertEqual(asked[(14336, 0, w, 0)], 65536 + 4096 * w)
+            self.assertEqual(asked[(4096, 0, w, 0)], 2048 * w)
+            # the short path ignores the cap
+            self.assertEqual(asked[(4096, 0, w, 40960)], 2048 * w)
+            # never fewer than 2 slots, however small the cap
+            self.assertEqual(asked[(14336, 0, w, 1)], 2 * (16384 + 1024 * w))
+        # Mixtral (K = 14336) at 72 KB: widths 1-2 keep the 4 slots, 4 and 8
+        # take 3 (60 and 72 KB): three blocks in an SM's 228 KB at every width
+        self.assertEqual([asked[(14336, 0, w, 73728)] for w in (1, 2, 4, 8)],
+                         [69632, 73728, 61440, 73728])
+        # the cap applies with DEEP_RING at a short K as well
+        self.assertEqual(asked[(1408, 1, 8, 73728)], 73728)
 
     def test_deep_ring_is_the_long_path_at_any_k(self):
         asked = {(k, s, d, w): v for m, k, s, d, w, v in self.asked if m == 1}

@@ -77,6 +77,10 @@ struct Warp {
 // filled with 0xff bytes (NaN as floats) before each block.
 constexpr size_t kDynamicSmemBytes = 227 * 1024;
 alignas(128) static unsigned char dynamic_smem[kDynamicSmemBytes];
+// After a launch: one past the highest byte of dynamic shared memory that any
+// of its blocks left other than 0xff (what a launch must give the kernel, as
+// far as the data written tells: a byte written as 0xff is not seen).
+static size_t dynamic_smem_used = 0;
 
 static Barrier block_bar;
 static Barrier named_bar[16]; // 1..15, each for the whole block
@@ -189,6 +193,7 @@ inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
   while (stacks.size() < n)
     stacks.push_back(std::make_unique<char[]>(kStackBytes));
   fibers.resize(n);
+  dynamic_smem_used = 0;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
@@ -226,6 +231,10 @@ inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
             abort();
           }
         }
+        size_t used = kDynamicSmemBytes;
+        while (used > dynamic_smem_used && dynamic_smem[used - 1] == 0xff)
+          --used;
+        dynamic_smem_used = std::max(dynamic_smem_used, used);
       }
 }
 

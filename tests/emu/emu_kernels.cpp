@@ -445,9 +445,12 @@ void check_attention_invariance(std::vector<int> lens) {
 }
 
 // ---- mixture of experts: router, moe_gate_up, moe_down, moe_combine ----------
-template <int H, int I, int E, int K, int W_, int RENORM_, int HALF_TILES_ = 0> struct MoeP {
+template <int H, int I, int E, int K, int W_, int RENORM_, int HALF_TILES_ = 0, int DEEP_RING_ = 0,
+          int SMEM_CAP_ = 0>
+struct MoeP {
   static constexpr int HIDDEN = H, INTERMEDIATE = I, EXPERTS = E, TOPK = K, W = W_,
-                       RENORM = RENORM_, DEEP_RING = 0, HALF_TILES = HALF_TILES_;
+                       RENORM = RENORM_, DEEP_RING = DEEP_RING_, HALF_TILES = HALF_TILES_,
+                       SMEM_CAP = SMEM_CAP_;
   static constexpr float SCALE = 1.0f;
 };
 
@@ -644,6 +647,78 @@ template <int H, int K, int W> void check_moe_combine_shared(int rows) {
   report(c);
 }
 
+// moe_down alone with a cap on its dynamic shared memory (SMEM_CAP, the long
+// path's smaller rings): random choices of E experts for the real rows, y
+// against a double-precision sum over the slot's activations (tolerance
+// relative to the sum of the terms' magnitudes), pad rows untouched (NaN),
+// and the same bits as with the default ring (SMEM_CAP 0: a warp sums its
+// units in the same order whatever the ring holds). The blocks write no
+// dynamic shared memory past want_smem, moe_down.json's shared_bytes for
+// these parameters at MMA 1 (the portable path uses none).
+template <int H, int I, int E, int K, int W, int DEEP, int CAP>
+void check_moe_down(int rows, int want_smem) {
+  bf16 wd = random_bf16((size_t)E * H * I, 0.1f);
+  std::vector<int> ids(W * K, -7);
+  std::vector<int> chosen;
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < K; ++k) {
+      int e;
+      do
+        e = (int)((uniform() + 1.f) * 0.5f * E) % E;
+      while (std::find(ids.begin() + r * K, ids.begin() + r * K + k, e) != ids.begin() + r * K + k);
+      ids[r * K + k] = e;
+      chosen.push_back(e);
+    }
+  std::sort(chosen.begin(), chosen.end());
+  chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end()); // the slots' experts
+  const int slots = (int)chosen.size();
+  bf16 act = random_bf16((size_t)slots * W * I);
+  const int grid = std::min({W * K, E, (1024 + H / 16 - 1) / (H / 16)}) * (H / 16);
+  auto run = [&](auto params, size_t *smem) {
+    using P = decltype(params);
+    std::vector<float> y((size_t)W * K * H, NAN);
+    emu::launch({(unsigned)grid, 1, 1}, {256, 1, 1},
+                [&] { kf::moe_down_entry<P>(dev(act), dev(wd), ids.data(), y.data(), rows); });
+    *smem = emu::dynamic_smem_used;
+    return y;
+  };
+  size_t used = 0, used_default = 0;
+  const std::vector<float> y = run(MoeP<H, I, E, K, W, 1, 0, DEEP, CAP>{}, &used);
+  const std::vector<float> y0 = run(MoeP<H, I, E, K, W, 1, 0, DEEP, 0>{}, &used_default);
+  Check c{format("moe_down H=%d I=%d E=%d K=%d W=%d DEEP_RING=%d SMEM_CAP=%d rows=%d", H, I, E, K,
+                 W, DEEP, CAP, rows)};
+  for (int r = 0; r < W; ++r)
+    for (int k = 0; k < K; ++k)
+      for (int i = 0; i < H; ++i) {
+        const size_t at = ((size_t)r * K + k) * H + i;
+        if (r >= rows) {
+          c.same(std::isnan(y[at]), true);
+          continue;
+        }
+        const int e = ids[r * K + k];
+        const int slot = (int)(std::find(chosen.begin(), chosen.end(), e) - chosen.begin());
+        double want = 0, mag = 0;
+        for (int n = 0; n < I; ++n) {
+          const double t = from_bf16(act[((size_t)slot * W + r) * I + n]) *
+                           from_bf16(wd[((size_t)e * H + i) * I + n]);
+          want += t;
+          mag += fabs(t);
+        }
+        c.near(y[at], want, 2e-5 * mag);
+        uint32_t got_bits, default_bits;
+        memcpy(&got_bits, &y[at], 4);
+        memcpy(&default_bits, &y0[at], 4);
+        c.same(got_bits, default_bits);
+      }
+  if (used > (size_t)want_smem)
+    fprintf(stderr, "  %s: wrote %zu bytes of dynamic shared memory, the schema gives %d\n",
+            c.name.c_str(), used, want_smem);
+  c.same(used <= (size_t)want_smem, true);
+  printf("  (dynamic shared memory written: %zu bytes, %zu with the default ring)\n", used,
+         used_default);
+  report(c);
+}
+
 // A whole layer, router to combine: the output against a double-precision
 // layer over the kernel's own choice (act rounded to bf16 as the kernel
 // stores it), pad rows poisoned; then every real row alone at width 1 gives
@@ -762,6 +837,20 @@ int main(int argc, char **argv) {
     check_moe_combine_shared<2056, 8, 4>(3);        // 2056: a part-filled last pass
     check_moe<256, 256, 3, 2, 2, 1>(2);             // the whole layer; rows share experts
     check_moe<256, 256, 3, 2, 4, 1, 1>(3);          // moe_gate_up's half tiles
+#if KF_USE_MMA
+    // SMEM_CAP: Mixtral's K on the long path; 72 KB keeps 3 ring slots a
+    // warp at widths 4 and 8 (60 and 72 KB, 3 blocks an SM), 56 KB 2 (40
+    // and 48 KB); GLM-4.5's and Qwen3-MoE's K with DEEP_RING take the
+    // fragment ring (not a multiple of 64 x 8 warps; 1408 has a tail), and
+    // 2944, a tail past 11 x 256, goes round that ring (11 steps a warp)
+    check_moe_down<32, 14336, 4, 2, 4, 0, 73728>(3, 61440);
+    check_moe_down<32, 14336, 4, 2, 8, 0, 73728>(8, 73728);
+    check_moe_down<32, 14336, 4, 2, 4, 0, 57344>(4, 40960);
+    check_moe_down<32, 14336, 4, 2, 8, 0, 57344>(6, 49152);
+    check_moe_down<32, 1408, 8, 2, 8, 1, 73728>(7, 73728);
+    check_moe_down<32, 768, 8, 2, 4, 1, 57344>(4, 40960);
+    check_moe_down<32, 2944, 8, 2, 2, 1, 57344>(2, 55296);
+#endif // KF_USE_MMA
   } else {
     fprintf(stderr, "usage: emu_kernels norm|gemm|gate_up|rope|attention|moe\n");
     return 2;
