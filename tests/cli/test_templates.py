@@ -71,19 +71,25 @@ class GemmSharedBytes(unittest.TestCase):
         cls.moe_asked = [tuple(int(v) for v in line.split()[1:]) for line in lines
                          if line.startswith("moe")]
 
+    def same_as_asked(self, schema_file, names, asked):
+        """launch.shared_bytes of schema_file, evaluated with names bound to
+        each row of asked but its last, equals that last (what the kernel
+        asks)."""
+        with open(os.path.join(TEMPLATES, schema_file)) as f:
+            expr = json.load(f)["launch"]["shared_bytes"]
+        self.assertGreater(len(asked), 100)
+        for *values, want in asked:
+            env = dict(zip(names, values))
+            got = schema_shared_bytes(expr, env)
+            where = " ".join(f"{n}={v}" for n, v in env.items())
+            self.assertEqual(got, want, f"{schema_file}: {where}: launch.shared_bytes {got}, "
+                                        f"the kernel asks {want}")
+
     def check(self, schema_file):
         with open(os.path.join(TEMPLATES, schema_file)) as f:
-            schema = json.load(f)
-        expr = schema["launch"]["shared_bytes"]
-        self.assertIn("DEEP_RING", schema["params"])
-        self.assertGreater(len(self.asked), 100)
+            self.assertIn("DEEP_RING", json.load(f)["params"])
         self.assertEqual({a[0] for a in self.asked}, {0, 1})
-        for mma, k, ksplit, deep, w, asked in self.asked:
-            got = schema_shared_bytes(expr, {"MMA": mma, "K": k, "KSPLIT": ksplit, "DEEP_RING": deep,
-                                             "W": w})
-            self.assertEqual(got, asked, f"{schema_file}: MMA={mma} K={k} KSPLIT={ksplit} "
-                                         f"DEEP_RING={deep} W={w}: launch.shared_bytes {got}, "
-                                         f"the kernel asks {asked}")
+        self.same_as_asked(schema_file, ("MMA", "K", "KSPLIT", "DEEP_RING", "W"), self.asked)
 
     def test_skinny_gemm_schema_gives_what_the_kernel_asks(self):
         self.check("skinny_gemm.json")
@@ -92,15 +98,8 @@ class GemmSharedBytes(unittest.TestCase):
         self.check("gate_up_silu.json")
 
     def test_moe_down_schema_gives_what_the_kernel_asks(self):
-        with open(os.path.join(TEMPLATES, "moe_down.json")) as f:
-            expr = json.load(f)["launch"]["shared_bytes"]
-        self.assertGreater(len(self.moe_asked), 100)
-        for mma, i, deep, w, cap, asked in self.moe_asked:
-            got = schema_shared_bytes(expr, {"MMA": mma, "INTERMEDIATE": i, "DEEP_RING": deep, "W": w,
-                                             "SMEM_CAP": cap})
-            self.assertEqual(got, asked, f"moe_down.json: MMA={mma} INTERMEDIATE={i} DEEP_RING={deep} "
-                                         f"W={w} SMEM_CAP={cap}: launch.shared_bytes {got}, the kernel "
-                                         f"asks {asked}")
+        self.same_as_asked("moe_down.json", ("MMA", "INTERMEDIATE", "DEEP_RING", "W", "SMEM_CAP"),
+                           self.moe_asked)
 
     def test_moe_down_smem_cap_shrinks_the_long_ring_only_where_it_must(self):
         asked = {(i, d, w, c): v for m, i, d, w, c, v in self.moe_asked if m == 1}
