@@ -69,6 +69,8 @@ static int apply(kf_cli *cli, const char *opt, const char *val,
     cli->jobs = (int)j;
   } else if (!strcmp(opt, "--remote"))
     kf_strv_push(&cli->remotes, val);
+  else if (!strcmp(opt, "--tuning"))
+    kf_strv_push(&cli->tuning, val);
   else if (!strcmp(opt, "--remote-read-only"))
     cli->remote_read_only = 1;
   else if (!strcmp(opt, "--signing-key"))
@@ -165,4 +167,5 @@ void kf_cli_free(kf_cli *cli) {
   kf_strv_free(&cli->defines);
   kf_strv_free(&cli->inputs);
   kf_strv_free(&cli->remotes);
+  kf_strv_free(&cli->tuning);
 }

@@ -1,8 +1,8 @@
 /* cli.h: the options shared by the commands that read descriptions (build,
  * warm, keys, explain): where the cache, the sources and the templates are,
  * which arches, extra include and template directories, --define, -j,
- * --json, the remote tiers, keys and --shard; everything else on the command line is a description
- * path. */
+ * --json, the remote tiers, keys, --shard and --tuning; everything else on the command line is a
+ * description path. */
 #ifndef KF_CLI_H
 #define KF_CLI_H
 
@@ -22,6 +22,7 @@ typedef struct {
   const char *signing_key;  /* --signing-key FILE (sign.h) */
   const char *trusted_keys; /* --trusted-keys LIST (sign.h) */
   int shard, nshards;       /* --shard I/N, I from 1; nshards 0: every kernel */
+  kf_strv tuning;           /* --tuning FILE, in order (tuning.h) */
 } kf_cli;
 
 /* Parses the options common to description commands from argv (starting at

@@ -12,13 +12,15 @@
 
 static const char build_usage[] =
     "usage: kforge build [--arch LIST] [--cache DIR] [--out DIR] [-j N] [-I DIR]\n"
-    "                    [--template-dir DIR] [--define NAME[=VALUE]] [--json] MODEL.json...\n"
+    "                    [--template-dir DIR] [--define NAME[=VALUE]] [--tuning FILE] [--json]\n"
+    "                    MODEL.json...\n"
     "Validates the descriptions, writes the generated sources under --out, keys every\n"
     "kernel and compiles what the cache lacks. Last line: 'N kernels: H cached, C compiled,\n"
     "F failed'. --define (or -D) passes -DNAME[=VALUE] to the compiler for a tuning\n"
     "variant; it enters the key like every compile argument. --json prints the counts\n"
-    "with failed_ids and missing_ids. Exit 0 on success, 1 if a compile failed, 2 on\n"
-    "bad input.\n"
+    "with failed_ids and missing_ids. --tuning FILE builds the kernels a tuning file's\n"
+    "entries match with its values (kforge tune writes one). Exit 0 on success, 1 if a\n"
+    "compile failed, 2 on bad input.\n"
     "Remote tier: --remote URL (repeatable, or $KFORGE_REMOTE; redis://, redis+unix://,\n"
     "http[s]://, see docs/cli.md) is asked before compiling a miss and takes what is\n"
     "compiled and the complete manifests; --remote-read-only only reads it. --shard I/N\n"

@@ -18,6 +18,7 @@ int kf_cmd_ls_remote(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);
 int kf_cmd_gc(int argc, char **argv);
 int kf_cmd_import_hf(int argc, char **argv);
+int kf_cmd_tune(int argc, char **argv);
 
 /* import-hf's conversion, apart from the command line (the fuzzer calls
  * it): a parsed config.json (named in in messages) into a description of its

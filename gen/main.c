@@ -27,6 +27,7 @@ static const struct {
     {"verify", kf_cmd_verify, "re-hash every cache entry"},
     {"gc", kf_cmd_gc, "evict least recently used entries"},
     {"import-hf", kf_cmd_import_hf, "turn a Hugging Face config.json into a description"},
+    {"tune", kf_cmd_tune, "time the tuning parameters' candidates on the GPU, write a tuning file"},
 };
 
 static void usage(FILE *f) {

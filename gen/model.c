@@ -1020,6 +1020,8 @@ static void parse_layer(loader *L, kf_model *m, const char *file, const cJSON *e
       t->params[t->nparams].name = kf_xasprintf("%s.%s", pk->kind, pt->params[j].name);
       t->params[t->nparams].one_of = NULL;
       t->params[t->nparams].n_one_of = 0;
+      t->params[t->nparams].tuning = NULL;
+      t->params[t->nparams].n_tuning = 0;
       k.values[t->nparams++] = pk->values[j];
     }
     for (size_t j = 0; j < pt->nargs; j++)

@@ -3,6 +3,7 @@
  * order and nothing machine-specific (paths, times) is written. */
 #define _GNU_SOURCE
 #include "plan.h"
+#include "tuning.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -209,6 +210,65 @@ static int cmp_instance(const void *a, const void *b) {
   return strcmp(((const kf_instance *)a)->id, ((const kf_instance *)b)->id);
 }
 
+/* A copy of k (owned by plan) with values in place of its own; phases, when
+ * given, replace a layer kind's. */
+static const kf_kernel_desc *tuned_copy(kf_plan *plan, const kf_kernel_desc *k,
+                                        const kf_value *values, const kf_kernel_desc **phases) {
+  kf_kernel_desc *c = kf_xcalloc(1, sizeof *c);
+  *c = *k;
+  c->values = kf_xcalloc(k->tmpl->nparams ? k->tmpl->nparams : 1, sizeof *c->values);
+  memcpy(c->values, values, k->tmpl->nparams * sizeof *c->values);
+  if (phases) {
+    c->phases = kf_xcalloc(k->nphases, sizeof *c->phases);
+    memcpy(c->phases, phases, k->nphases * sizeof *c->phases);
+  }
+  plan->tuned = kf_xpush(plan->tuned, plan->ntuned, sizeof *plan->tuned);
+  plan->tuned[plan->ntuned++] = c;
+  return c;
+}
+
+/* k as the plan's tuning entries have it at this width and arch: k itself
+ * when none matches or the entry changes nothing, else a tuned copy. A layer
+ * kind takes each phase's entry, so that it runs what the separate kinds
+ * run. */
+static const kf_kernel_desc *tuned_kernel(kf_plan *plan, const kf_kernel_desc *k, int width,
+                                          const char *arch) {
+  if (!plan->tuning)
+    return k;
+  if (k->nphases) {
+    const kf_kernel_desc **phases = kf_xcalloc(k->nphases, sizeof *phases);
+    kf_value *values = kf_xcalloc(k->tmpl->nparams ? k->tmpl->nparams : 1, sizeof *values);
+    int changed = 0;
+    size_t nv = 0;
+    for (size_t i = 0; i < k->nphases; i++) {
+      phases[i] = tuned_kernel(plan, k->phases[i], width, arch);
+      changed |= phases[i] != k->phases[i];
+      memcpy(values + nv, phases[i]->values, phases[i]->tmpl->nparams * sizeof *values);
+      nv += phases[i]->tmpl->nparams;
+    }
+    const kf_kernel_desc *r = changed ? tuned_copy(plan, k, values, phases) : k;
+    free(phases);
+    free(values);
+    return r;
+  }
+  kf_tuning_entry *e = kf_tuning_find(plan->tuning, k, width, arch);
+  if (!e)
+    return k;
+  e->used = 1;
+  kf_value *values = kf_xcalloc(k->tmpl->nparams ? k->tmpl->nparams : 1, sizeof *values);
+  memcpy(values, k->values, k->tmpl->nparams * sizeof *values);
+  int changed = 0;
+  for (size_t i = 0; i < e->nparams; i++)
+    for (size_t p = 0; p < k->tmpl->nparams; p++)
+      if (!strcmp(k->tmpl->params[p].name, e->param_names[i])) {
+        changed |= values[p].is_float || values[p].i != e->param_values[i];
+        values[p] = (kf_value){0, e->param_values[i], 0};
+      }
+  const kf_kernel_desc *r = changed ? tuned_copy(plan, k, values, NULL) : k;
+  free(values);
+  return r;
+}
+
 void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
   size_t first = plan->n;
   for (size_t ki = 0; ki < m->nkernels; ki++)
@@ -222,9 +282,10 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
         kf_instance *in = &plan->v[plan->n++];
         memset(in, 0, sizeof *in);
         in->model = m;
-        in->kernel = &m->kernels[ki];
         in->width = m->widths[wi];
         in->arch = m->arches.v[ai];
+        in->kernel = tuned_kernel(plan, &m->kernels[ki], in->width, in->arch);
+        in->tuned = in->kernel != &m->kernels[ki];
         /* a description of several page sizes: its page-specific kernels say which */
         char page[16] = "";
         if (m->npage_sizes && in->kernel->page_size)
@@ -292,6 +353,15 @@ void kf_plan_free(kf_plan *plan) {
   free(plan->v);
   plan->v = NULL;
   plan->n = 0;
+  for (size_t i = 0; i < plan->ntuned; i++) {
+    free(plan->tuned[i]->values);
+    if (plan->tuned[i]->nphases)
+      free((void *)plan->tuned[i]->phases);
+    free(plan->tuned[i]);
+  }
+  free(plan->tuned);
+  plan->tuned = NULL;
+  plan->ntuned = 0;
 }
 
 kf_instance *kf_plan_find(const kf_plan *plan, const char *id) {

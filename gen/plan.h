@@ -8,7 +8,8 @@
 
 typedef struct {
   const kf_model *model;
-  const kf_kernel_desc *kernel;
+  const kf_kernel_desc *kernel; /* the model's, or a copy a tuning entry changed */
+  int tuned;                    /* kernel is such a copy (kf_plan.tuning) */
   int width;
   const char *arch;
   char *id;         /* <model>/<kind>/w<W>/<arch>; w<W>p<P> for a kernel of page size P of
@@ -28,9 +29,18 @@ typedef struct {
   kf_limits limits;          /* template, then description, then kernel entry (resources.h) */
 } kf_instance;
 
+struct kf_tuning;
+
 typedef struct {
   kf_instance *v;
   size_t n;
+  /* Tuning entries (tuning.h) the instances take their tuning parameters
+   * from, or NULL; an instance an entry matches (a layer kind: one of its
+   * phases) points to a copy of its kernel with the entry's values, owned
+   * here. */
+  const struct kf_tuning *tuning;
+  kf_kernel_desc **tuned;
+  size_t ntuned;
 } kf_plan;
 
 /* Appends every instance of m to plan (sorted by id within the model). */

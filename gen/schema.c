@@ -26,6 +26,7 @@ void kf_template_free(kf_template *t) {
   for (size_t i = 0; i < t->nparams; i++) {
     free(t->params[i].name);
     free(t->params[i].one_of);
+    free(t->params[i].tuning);
   }
   free(t->params);
   for (size_t i = 0; i < t->nargs; i++) {
@@ -269,56 +270,70 @@ static int parse_multiple_of(const char *file, const char *path, const cJSON *sp
   return 0;
 }
 
-/* "one_of": a non-empty array of integers, for int params only; each must
- * meet min, max and multiple_of, else it is a value no kernel could take. */
-static int parse_one_of(const char *file, const char *path, const cJSON *spec, kf_param_spec *ps) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(spec, "one_of");
+/* An int list member ("one_of", "tuning"): a non-empty array of integers, for
+ * int params only; each must meet min, max, multiple_of (and, for "tuning",
+ * one_of), else it is a value no kernel could take. Returns the number of
+ * problems; the values go to *out (NULL when the member is absent). */
+static int parse_int_list(const char *file, const char *path, const cJSON *spec, const char *member,
+                          const kf_param_spec *ps, int64_t **out, size_t *nout) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(spec, member);
+  *out = NULL;
+  *nout = 0;
   if (!v)
     return 0;
   if (ps->is_float) {
-    constraint_error(file, path, "one_of", "is for int parameters only", v);
+    constraint_error(file, path, member, "is for int parameters only", v);
     return 1;
   }
+  char *lp = kf_xasprintf("%s.%s", path, member);
   if (!cJSON_IsArray(v) || !v->child) {
-    char *p = kf_xasprintf("%s.one_of", path);
-    kf_error(file, p, "must be a non-empty array of integers, got %s",
+    kf_error(file, lp, "must be a non-empty array of integers, got %s",
              cJSON_IsArray(v) ? "[]" : kf_json_type_name(v));
-    free(p);
+    free(lp);
     return 1;
   }
   int errors = 0;
   size_t n = (size_t)cJSON_GetArraySize(v), i = 0;
   int64_t *vals = kf_xcalloc(n, sizeof *vals);
   for (const cJSON *e = v->child; e; e = e->next, i++) {
-    char *p = kf_xasprintf("%s.one_of[%zu]", path, i);
+    char *p = kf_xasprintf("%s[%zu]", lp, i);
     if (!whole_number(e)) {
       kf_error(file, p, "must be an integer, got %s", kf_json_type_name(e));
       errors++;
     } else {
       vals[i] = (int64_t)e->valuedouble;
       double d = (double)vals[i];
+      int allowed = !ps->one_of;
+      for (size_t j = 0; j < ps->n_one_of; j++)
+        allowed |= ps->one_of[j] == vals[i];
+      for (size_t j = 0; j < i; j++)
+        if (vals[j] == vals[i]) {
+          kf_error(file, p, "%lld is listed twice", (long long)vals[i]);
+          errors++;
+        }
       if ((ps->has_min && d < ps->min) || (ps->has_max && d > ps->max) ||
-          (ps->multiple_of > 0 && vals[i] % ps->multiple_of != 0)) {
-        kf_error(file, p, "%lld breaks the parameter's min, max or multiple_of",
+          (ps->multiple_of > 0 && vals[i] % ps->multiple_of != 0) || !allowed) {
+        kf_error(file, p, "%lld breaks the parameter's min, max, multiple_of or one_of",
                  (long long)vals[i]);
         errors++;
       }
     }
     free(p);
   }
+  free(lp);
   if (errors) {
     free(vals);
     return errors;
   }
-  ps->one_of = vals;
-  ps->n_one_of = n;
+  *out = vals;
+  *nout = n;
   return 0;
 }
 
 static int parse_param_spec(const char *file, const char *path, const cJSON *spec,
                             kf_param_spec *ps) {
-  static const char *const members[] = {"type",   "min",         "max", "multiple_of",
-                                        "one_of", "description", NULL};
+  static const char *const members[] = {"type",   "min",    "max",         "multiple_of",
+                                        "one_of", "tuning", "description", NULL};
   int errors = 0;
   if (!cJSON_IsObject(spec)) {
     kf_error(file, path, "must be an object, got %s", kf_json_type_name(spec));
@@ -337,7 +352,9 @@ static int parse_param_spec(const char *file, const char *path, const cJSON *spe
   }
   errors += parse_bounds(file, path, spec, ps);
   errors += parse_multiple_of(file, path, spec, ps);
-  errors += parse_one_of(file, path, spec, ps);
+  errors += parse_int_list(file, path, spec, "one_of", ps, &ps->one_of, &ps->n_one_of);
+  if (!errors)
+    errors += parse_int_list(file, path, spec, "tuning", ps, &ps->tuning, &ps->n_tuning);
   return errors;
 }
 

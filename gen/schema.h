@@ -18,6 +18,8 @@ typedef struct {
   int64_t multiple_of; /* 0: none */
   int64_t *one_of;     /* n_one_of values, or NULL */
   size_t n_one_of;
+  int64_t *tuning; /* "tuning": the candidates `kforge tune` times (a tuning knob), or NULL */
+  size_t n_tuning;
 } kf_param_spec;
 
 typedef struct {

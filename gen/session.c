@@ -12,6 +12,7 @@
 #include "report.h"
 #include "sign.h"
 #include "stats.h"
+#include "tuning.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -41,10 +42,24 @@ int kf_session_load(kf_session *s, kf_cli *cli, int write_deps) {
       }
     s->models[s->nmodels++] = m;
   }
-  if (bad)
+  for (size_t i = 0; i < cli->tuning.n; i++)
+    bad |= kf_tuning_load(&s->tuning, cli->tuning.v[i]) != 0;
+  if (bad || kf_tuning_check(&s->tuning, s->models, s->nmodels) != 0)
     return 2;
+  s->plan.tuning = cli->tuning.n ? &s->tuning : NULL;
   for (size_t i = 0; i < s->nmodels; i++)
     kf_plan_add_model(&s->plan, s->models[i]);
+  if (cli->tuning.n) {
+    size_t used = 0, tuned = 0;
+    for (size_t i = 0; i < s->tuning.n; i++)
+      used += s->tuning.v[i].used;
+    for (size_t i = 0; i < s->plan.n; i++)
+      tuned += s->plan.v[i].tuned;
+    kf_note(NULL, NULL,
+            "tuning: %zu of %zu entries match kernels of this build; %zu kernels take "
+            "other values than their description's",
+            used, s->tuning.n, tuned);
+  }
   kf_plan_sort(&s->plan); /* one order by id across descriptions */
   s->units = kf_xcalloc(s->plan.n ? s->plan.n : 1, sizeof *s->units);
   char *deps = kf_path_join(s->cache.v1, "deps");
@@ -100,6 +115,7 @@ void kf_session_free(kf_session *s) {
     }
   free(s->units);
   kf_plan_free(&s->plan);
+  kf_tuning_free(&s->tuning);
   for (size_t i = 0; i < s->nmodels; i++)
     kf_model_free(s->models[i]);
   free(s->models);

@@ -12,6 +12,7 @@
 #include "plan.h"
 #include "pool.h"
 #include "remote_entry.h"
+#include "tuning.h"
 
 typedef struct {
   kf_cli *cli;
@@ -28,6 +29,7 @@ typedef struct {
   long fetched, refused;      /* entries taken from the remote, refused by verification */
   long published, incomplete; /* manifests published to the remote, not yet complete there */
   int other_shards;           /* some kernels belong to other shards */
+  kf_tuning tuning;           /* the --tuning files' entries */
 } kf_session;
 
 /* What kf_session_open returns when the session is loaded. */

@@ -1,0 +1,309 @@
+"""kforge.tune: times the candidates `kforge tune` built and writes the
+tuning file that `kforge build --tuning FILE` applies (docs/cli.md, "kforge
+tune"). Runs on the GPU, with torch:
+
+    python3 -m kforge.tune DIR [--out FILE] [--budget SECONDS] [--rounds N]
+
+DIR is kforge tune's directory: plan.json names each unit (template, arch,
+width, shape), its candidates (one manifest each in DIR/cache) and the
+values the description builds today ("current"). For each unit whose
+template has a recipe here, every built candidate is checked against a
+torch reference on random inputs (outputs poisoned before each run; relative
+error at most TOL) and timed as scripts/bench-kernels times a projection:
+launches back to back in a CUDA graph, each on its own copy of the weights
+(together larger than L2), median of the graph's replays; the candidates of
+a unit are timed in turn, ROUNDS times, and each keeps its best round. A
+unit's choice is its fastest correct candidate, unless the current values are
+within HYSTERESIS of it: then the current values stay (a choice that only
+noise separates is not worth a different kernel).
+
+Results go to DIR/results.json as they are measured, by candidate and
+device, so a run that stops (budget, error, interrupt) resumes where it
+stopped. Templates without a recipe (the MoE kinds take routing inputs)
+are reported and left out of the tuning file.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+TOL = 1e-2         # relative error (L2) against the reference, as the GPU tests use
+HYSTERESIS = 0.01  # keep the current values within 1% of the fastest
+L2_ROTATE = 3 * 60 * 2**20  # distinct weight bytes a graph pass reads (over the H100/H200 L2)
+REPLAYS = 10
+ROUNDS = 3
+
+
+class TuneError(Exception):
+    pass
+
+
+def _torch():
+    import torch  # noqa: PLC0415 (torch is needed only on the GPU machine)
+    return torch
+
+
+# ---- recipes: a template's operands and its reference -------------------------------------
+# Each recipe maps (shape, W) to the operands by argument name: "weights" are
+# rotated between launches, "out" is the output checked, the rest are inputs.
+def _gemm_operands(shape, width, n_out, n_rows_w, bias=False):
+    torch = _torch()
+    k = shape["K"]
+    x = torch.randn(width, k, device="cuda").to(torch.bfloat16)
+    w = (torch.randn(n_rows_w, k, device="cuda") * k ** -0.5).to(torch.bfloat16)
+    ops = {"x": x, "w": w}
+    if bias:
+        ops["bias"] = torch.randn(n_rows_w, device="cuda").to(torch.bfloat16)
+    return ops, ("w",), (width, n_out)
+
+
+def _linear(ops):
+    y = ops["x"].float() @ ops["w"].float().t()
+    return y + ops["bias"].float() if "bias" in ops else y
+
+
+def _recipe_skinny_gemm(shape, width, bias=False):
+    ops, rotated, out_shape = _gemm_operands(shape, width, shape["N"], shape["N"], bias)
+    return ops, rotated, "y", out_shape, _linear
+
+
+def _recipe_gate_up_silu(shape, width):
+    inter = shape["INTERMEDIATE"]
+    ops, rotated, out_shape = _gemm_operands(shape, width, inter, 2 * inter)
+
+    def ref(o):
+        torch = _torch()
+        y = _linear(o)
+        return torch.nn.functional.silu(y[:, :inter]) * y[:, inter:]
+    return ops, rotated, "out", out_shape, ref
+
+
+RECIPES = {
+    "skinny_gemm": _recipe_skinny_gemm,
+    "skinny_gemm_bias": lambda shape, width: _recipe_skinny_gemm(shape, width, bias=True),
+    "gate_up_silu": _recipe_gate_up_silu,
+}
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+# ---- one unit ----------------------------------------------------------------------------
+class Candidate:
+    def __init__(self, plan_entry, kernel):
+        self.model = plan_entry["model"]
+        self.params = plan_entry["params"]
+        self.kernel = kernel
+        self.us = None
+        self.err = None
+
+
+def _call(kernel, named, stream):
+    args = [named[name] for name, _ in kernel.params if name != "rows"]
+    kernel(*args, stream=stream)
+
+
+def time_candidates(cands, ops, rotated, out_name, out_shape, rounds):
+    """Each candidate's best-of-rounds microseconds per launch (set on .us)."""
+    torch = _torch()
+    wbytes = sum(ops[r].numel() * ops[r].element_size() for r in rotated)
+    copies = max(2, min(64, math.ceil(L2_ROTATE / max(wbytes, 1))))
+    rot = {r: [ops[r]] + [ops[r].clone() for _ in range(copies - 1)] for r in rotated}
+    out = torch.empty(*out_shape, dtype=torch.bfloat16, device="cuda")
+    reps = copies * max(1, math.ceil(24 / copies))
+    stream = torch.cuda.Stream()
+    graphs = {}
+    for c in cands:
+        def body(i, c=c):
+            named = dict(ops)
+            for r in rotated:
+                named[r] = rot[r][i % copies]
+            named[out_name] = out
+            _call(c.kernel, named, stream.cuda_stream)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for i in range(3):
+                body(i)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            for i in range(reps):
+                body(i)
+        graphs[c.model] = g
+    best = {c.model: float("inf") for c in cands}
+    for _ in range(rounds):
+        for c in cands:
+            g = graphs[c.model]
+            g.replay()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(REPLAYS):
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b) * 1e3 / reps)
+            best[c.model] = min(best[c.model], statistics.median(times))
+    for c in cands:
+        c.us = best[c.model]
+    del graphs, rot
+    torch.cuda.empty_cache()
+
+
+def check_candidates(cands, ops, out_name, out_shape, ref):
+    """Sets .err (relative error against the reference, inf for poison left)."""
+    torch = _torch()
+    want = ref(ops)
+    for c in cands:
+        out = torch.empty(*out_shape, dtype=torch.bfloat16, device="cuda")
+        out.view(torch.int16).fill_(0x7FC1)  # a bf16 NaN: a row left unwritten shows
+        named = dict(ops)
+        named[out_name] = out
+        _call(c.kernel, named, None)
+        torch.cuda.synchronize()
+        c.err = float("inf") if out.isnan().any().item() else rel_err(out, want)
+
+
+def choose(unit, measured):
+    """(params, us, current_us) of the unit's choice from {model: result}."""
+    ok = [(r["us"], r["params"]) for r in measured.values() if r["ok"]]
+    if not ok:
+        return None
+    best_us, best = min(ok, key=lambda t: t[0])
+    current = unit["current"]
+    cur = [r for r in measured.values() if r["ok"] and r["params"] == current]
+    cur_us = cur[0]["us"] if cur else None
+    if cur_us is not None and cur_us <= best_us * (1 + HYSTERESIS):
+        return current, cur_us, cur_us
+    return best, best_us, cur_us
+
+
+# ---- the run -----------------------------------------------------------------------------
+def load_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        if default is not None:
+            return default
+        raise
+
+
+def write_json(path, obj):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def unit_label(u):
+    shape = " ".join(f"{k}={v}" for k, v in u["shape"].items())
+    return f"{u['template']} {shape} W={u['W']} {u['arch']}"
+
+
+def params_label(p):
+    return ",".join(f"{k}={v}" for k, v in p.items())
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m kforge.tune",
+                                 description="time kforge tune's candidates on this GPU and "
+                                             "write the tuning file")
+    ap.add_argument("dir", help="kforge tune's directory (plan.json, cache/)")
+    ap.add_argument("--out", help="the tuning file (default DIR/tuning.json)")
+    ap.add_argument("--budget", type=float, help="stop timing after this many seconds")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="timing rounds per unit")
+    ap.add_argument("--device", type=int, default=0)
+    a = ap.parse_args(argv)
+    plan_path = os.path.join(a.dir, "plan.json")
+    try:
+        plan = load_json(plan_path)
+    except (OSError, ValueError) as e:
+        print(f"{plan_path}: error: {e} (run kforge tune --build-only first)", file=sys.stderr)
+        return 2
+    if plan.get("kforge_tune_plan") != 1:
+        print(f"{plan_path}: error: not a plan of this kforge tune", file=sys.stderr)
+        return 2
+    torch = _torch()
+    from .runtime import Error, Runtime  # noqa: PLC0415
+    torch.cuda.set_device(a.device)
+    device = torch.cuda.get_device_name(a.device)
+    cache = os.path.join(a.dir, "cache")
+    res_path = os.path.join(a.dir, "results.json")
+    results = load_json(res_path, {})
+    out_path = a.out or os.path.join(a.dir, "tuning.json")
+    start = time.monotonic()
+    units = plan["units"]
+    entries, skipped, untimed = [], set(), 0
+    for i, u in enumerate(units):
+        label = f"[{i + 1}/{len(units)}] {unit_label(u)}"
+        recipe = RECIPES.get(u["template"])
+        if recipe is None:
+            skipped.add(u["template"])
+            continue
+        built = [c for c in u["candidates"] if c["built"]]
+        todo = [c for c in built if f"{device}|{c['model']}" not in results]
+        if todo and a.budget is not None and time.monotonic() - start > a.budget:
+            untimed += 1
+            continue
+        if todo:
+            torch.manual_seed(1000 + i)
+            shape = u["shape"]
+            ops, rotated, out_name, out_shape, ref = recipe(shape, u["W"])
+            cands = []
+            for c in todo:
+                try:
+                    rt = Runtime(cache, c["model"], device=a.device)
+                    cands.append(Candidate(c, rt.kernel("k", u["W"])))
+                except Error as e:
+                    results[f"{device}|{c['model']}"] = {"params": c["params"], "ok": False,
+                                                         "us": None, "why": str(e)}
+            check_candidates(cands, ops, out_name, out_shape, ref)
+            good = [c for c in cands if c.err <= TOL]
+            time_candidates(good, ops, rotated, out_name, out_shape, a.rounds)
+            for c in cands:
+                results[f"{device}|{c.model}"] = {
+                    "params": c.params, "ok": c.err <= TOL, "us": c.us, "err": c.err}
+            write_json(res_path, results)
+            del ops, cands
+        measured = {c["model"]: results[f"{device}|{c['model']}"] for c in built
+                    if f"{device}|{c['model']}" in results}
+        pick = choose(u, measured)
+        if pick is None:
+            print(f"{label}: no candidate computed the right result", file=sys.stderr)
+            continue
+        params, us, cur_us = pick
+        # candidate 0 takes each knob's first candidate: the families' defaults
+        first = measured.get(u["candidates"][0]["model"])
+        first_us = first["us"] if first and first["ok"] else None
+        cur = f", current {params_label(u['current'])} {cur_us:.2f} us" if cur_us else ""
+        dflt = f", first {first_us:.2f} us" if first_us else ""
+        print(f"{label}: {params_label(params)} {us:.2f} us ({len(measured)} candidates{cur}{dflt})",
+              flush=True)
+        entries.append({"template": u["template"], "arch": u["arch"], "W": u["W"],
+                        "shape": u["shape"], "params": params,
+                        "measured": {"us": round(us, 3),
+                                     "current_us": round(cur_us, 3) if cur_us else None,
+                                     "first_us": round(first_us, 3) if first_us else None,
+                                     "candidates": len(measured), "kernels": u["kernels"]}})
+    write_json(out_path, {"kforge_tuning": 1, "device": device, "entries": entries})
+    for t in sorted(skipped):
+        print(f"kforge tune: {t}: no timing recipe for this template; its kernels keep their "
+              f"description's values", file=sys.stderr)
+    if untimed:
+        print(f"kforge tune: the budget ran out with {untimed} units untimed: run again to go on",
+              file=sys.stderr)
+    print(f"kforge tune: {len(entries)} entries for {device} in {out_path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
