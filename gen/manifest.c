@@ -146,6 +146,8 @@ char *kf_manifest_text(const kf_manifest *m) {
       cJSON *ks = cJSON_AddArrayToObject(o, "kinds");
       for (size_t k = 0; k < t->kinds.n; k++)
         cJSON_AddItemToArray(ks, cJSON_CreateString(t->kinds.v[k]));
+      if (t->layer)
+        cJSON_AddStringToObject(o, "layer", t->layer);
       cJSON_AddItemToArray(lts, o);
     }
   }
@@ -209,7 +211,7 @@ static void load_launch(const cJSON *l, kf_manifest_launch *out) {
 }
 
 void kf_manifest_add_layer_type(kf_manifest *m, const char *name, int64_t count,
-                                const kf_strv *kinds) {
+                                const kf_strv *kinds, const char *layer) {
   m->layer_types = kf_xpush(m->layer_types, m->nlayer_types, sizeof *m->layer_types);
   kf_manifest_layer_type *t = &m->layer_types[m->nlayer_types++];
   memset(t, 0, sizeof *t);
@@ -217,6 +219,7 @@ void kf_manifest_add_layer_type(kf_manifest *m, const char *name, int64_t count,
   t->count = count;
   for (size_t i = 0; i < kinds->n; i++)
     kf_strv_push(&t->kinds, kinds->v[i]);
+  t->layer = layer ? kf_xstrdup(layer) : NULL;
 }
 
 void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t bytes, int zero_once) {
@@ -346,6 +349,7 @@ void kf_manifest_free(kf_manifest *m) {
   for (size_t i = 0; i < m->nlayer_types; i++) {
     free(m->layer_types[i].name);
     kf_strv_free(&m->layer_types[i].kinds);
+    free(m->layer_types[i].layer);
   }
   free(m->layer_types);
   memset(m, 0, sizeof *m);

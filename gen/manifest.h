@@ -70,6 +70,8 @@ typedef struct {
   char *name;
   int64_t count;
   kf_strv kinds;
+  char *layer; /* the layer kind whose phases are kinds, in order, where the
+                  arch has one; NULL: none (not written) */
 } kf_manifest_layer_type;
 
 typedef struct {
@@ -102,9 +104,9 @@ kf_manifest_kernel *kf_manifest_add_kernel(kf_manifest *m, const char *id, const
                                            int width, const char *key, const char *object_name,
                                            const char *checksum, int64_t size, const char *symbol);
 
-/* Appends a layer type (strings copied). */
+/* Appends a layer type (strings copied; layer may be NULL). */
 void kf_manifest_add_layer_type(kf_manifest *m, const char *name, int64_t count,
-                                const kf_strv *kinds);
+                                const kf_strv *kinds, const char *layer);
 
 /* Appends a buffer to k (arg copied). */
 void kf_manifest_add_buffer(kf_manifest_kernel *k, const char *arg, int64_t bytes, int zero_once);

@@ -169,6 +169,23 @@ static char *unit_sha256(const kf_session *s, const kf_unit *u) {
   return sha;
 }
 
+/* The layer kind of m that runs kinds, in order, as its phases and has
+ * kernels for arch in this build, or NULL. */
+static const char *layer_kind_of(const kf_session *s, const kf_model *m, const char *arch,
+                                 const kf_strv *kinds) {
+  for (size_t k = 0; k < m->nkernels; k++) {
+    const kf_kernel_desc *d = &m->kernels[k];
+    int same = d->nphases == kinds->n;
+    for (size_t p = 0; same && p < d->nphases; p++)
+      same = !strcmp(d->phases[p]->kind, kinds->v[p]);
+    for (size_t i = 0; same && i < s->plan.n; i++)
+      if (s->plan.v[i].model == m && !strcmp(s->plan.v[i].arch, arch) &&
+          !strcmp(s->plan.v[i].kernel->kind, d->kind))
+        return d->kind;
+  }
+  return NULL;
+}
+
 int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *arch, int local,
                            kf_manifest *out) {
   kf_manifest_init(out, m->name, arch, kf_arch_is_hip(arch) ? "hip" : "cuda");
@@ -176,7 +193,8 @@ int kf_session_manifest_of(const kf_session *s, const kf_model *m, const char *a
   out->page_size = m->npage_sizes ? m->page_sizes[0] : 0;
   for (size_t i = 0; i < m->nlayer_types; i++)
     kf_manifest_add_layer_type(out, m->layer_types[i].name, m->layer_types[i].count,
-                               &m->layer_types[i].kinds);
+                               &m->layer_types[i].kinds,
+                               layer_kind_of(s, m, arch, &m->layer_types[i].kinds));
   int all_ok = 1;
   for (size_t k = 0; k < s->plan.n; k++) {
     const kf_unit *u = &s->units[k];

@@ -197,6 +197,7 @@ typedef struct rt_layer_type {
   int count;
   int nkinds;
   char **kinds;
+  char *layer; /* the layer kind that runs kinds in one launch; NULL: none */
 } rt_layer_type;
 
 typedef struct rt_manifest {

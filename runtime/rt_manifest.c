@@ -167,6 +167,7 @@ void rt_manifest_free(rt_manifest *m) {
       free(m->layer_types[i].kinds[k]);
     free(m->layer_types[i].kinds);
     free(m->layer_types[i].name);
+    free(m->layer_types[i].layer);
   }
   free(m->layer_types);
   free(m->model);
@@ -630,24 +631,41 @@ static kf_status parse_layer_types(parse_ctx *c, const cJSON *lts, rt_manifest *
       if (!(t->kinds[t->nkinds++] = dup(k->valuestring)))
         return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
     }
+    const cJSON *layer = cJSON_GetObjectItemCaseSensitive(e, "layer");
+    if (layer) {
+      snprintf(key, sizeof key, "layer_types[%d].layer", i);
+      if (!cJSON_IsString(layer) || !valid_kind(layer->valuestring))
+        return bad(c, key, "must be a kind name ([a-z0-9_])");
+      if (!(t->layer = dup(layer->valuestring)))
+        return rt_err_set(c->err, KF_ERR_NO_MEMORY, "out of memory");
+    }
   }
   return KF_OK;
 }
 
-/* Every kind a layer type names has kernels in the manifest. */
+static int has_kind(const rt_manifest *m, const char *kind) {
+  for (int j = 0; j < m->nkernels; j++)
+    if (m->kernels[j].kind && strcmp(m->kernels[j].kind, kind) == 0)
+      return 1;
+  return 0;
+}
+
+/* Every kind a layer type names, its layer kind too, has kernels in the
+ * manifest. */
 static kf_status check_layer_kinds(parse_ctx *c, const rt_manifest *m) {
-  for (int i = 0; i < m->nlayer_types; i++)
-    for (int k = 0; k < m->layer_types[i].nkinds; k++) {
-      const char *kind = m->layer_types[i].kinds[k];
-      int found = 0;
-      for (int j = 0; j < m->nkernels && !found; j++)
-        found = m->kernels[j].kind && strcmp(m->kernels[j].kind, kind) == 0;
-      if (!found) {
-        char key[64];
+  char key[64];
+  for (int i = 0; i < m->nlayer_types; i++) {
+    const rt_layer_type *t = &m->layer_types[i];
+    for (int k = 0; k < t->nkinds; k++)
+      if (!has_kind(m, t->kinds[k])) {
         snprintf(key, sizeof key, "layer_types[%d].kinds[%d]", i, k);
-        return bad(c, key, "'%s' has no kernel in the manifest", kind);
+        return bad(c, key, "'%s' has no kernel in the manifest", t->kinds[k]);
       }
+    if (t->layer && !has_kind(m, t->layer)) {
+      snprintf(key, sizeof key, "layer_types[%d].layer", i);
+      return bad(c, key, "'%s' has no kernel in the manifest", t->layer);
     }
+  }
   return KF_OK;
 }
 

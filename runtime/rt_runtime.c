@@ -619,6 +619,15 @@ kf_status kf_runtime_layer_type(kf_runtime *rt, int i, const char **name, int *c
   return KF_OK;
 }
 
+kf_status kf_runtime_layer_type_layer(kf_runtime *rt, int i, const char **kind) {
+  if (kind)
+    *kind = NULL;
+  kf_status st = kf_runtime_layer_type(rt, i, NULL, NULL, NULL, NULL);
+  if (st == KF_OK && kind)
+    *kind = rt->manifest.layer_types[i].layer;
+  return st;
+}
+
 kf_status kf_runtime_kernel(kf_runtime *rt, int i, kf_kernel **kernel) {
   rt_err err;
   if (kernel)

@@ -125,6 +125,7 @@ def _declare(lib):
         "kf_runtime_layer_type_count": (I, [P]),
         "kf_runtime_layer_type": (I, [P, I, ctypes.POINTER(S), ctypes.POINTER(I),
                                       ctypes.POINTER(ctypes.POINTER(S)), ctypes.POINTER(I)]),
+        "kf_runtime_layer_type_layer": (I, [P, I, ctypes.POINTER(S)]),
         "kf_runtime_kernel": (I, [P, I, PP]),
         "kf_kernel_find": (I, [P, S, I, PP]),
         "kf_kernel_find_ex": (I, [P, S, I, ctypes.POINTER(Variant), PP]),

@@ -127,8 +127,13 @@ class Runtime:
                                            ctypes.byref(kinds), ctypes.byref(nkinds))
             if st != 0:
                 raise _last_error(st)
+            layer = ctypes.c_char_p()
+            st = lib.kf_runtime_layer_type_layer(self._h, i, ctypes.byref(layer))
+            if st != 0:
+                raise _last_error(st)
             out.append(LayerType(name.value.decode(), count.value,
-                                 tuple(kinds[k].decode() for k in range(nkinds.value))))
+                                 tuple(kinds[k].decode() for k in range(nkinds.value)),
+                                 layer.value.decode() if layer.value else None))
         return out
 
     def layer_kinds(self, layer):
@@ -221,10 +226,13 @@ class Runtime:
 class LayerType(typing.NamedTuple):
     """Runtime.layer_types: `count` consecutive layers (after those of the
     types before) that run `kinds`, in order. A model whose layers differ
-    (GLM-4.5: dense first layers, then mixtures of experts) has several."""
+    (GLM-4.5: dense first layers, then mixtures of experts) has several.
+    `layer` is the layer kind that runs those kinds in one launch, or None
+    when the build has none for this arch."""
     name: str
     count: int
     kinds: tuple
+    layer: typing.Optional[str] = None
 
 
 class Buffer(typing.NamedTuple):

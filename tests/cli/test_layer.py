@@ -135,6 +135,21 @@ class LayerKinds(unittest.TestCase):
             self, w.ok(*keys, shipped(w, "glm-4.5-air", [1]), common=False).out)}
         self.assertTrue({"dense_layer", "moe_layer"} <= glm, glm)
 
+    def test_a_layer_type_names_the_layer_kind_that_runs_its_kinds(self):
+        """The manifest's layer_types say which layer kind runs a type's kinds
+        in one launch (the one whose phases are those kinds, in order); a type
+        no layer kind runs has no "layer"."""
+        w = Work(self, "layer-types", copy_shipped=True)
+        fam = w.load_json("shipped/models/families/qwen3.json")
+        fam["layer_types"] = [{"name": "first", "count": "1", "kinds": PHASES},
+                              {"name": "rest", "count": "27", "kinds": PHASES[:4]}]
+        w.dump_json("shipped/models/families/qwen3.json", fam)
+        build(w, shipped(w, "qwen3-0.6b", [1]))
+        man = w.load_json("cache/v1/manifests/qwen3-0.6b/sm_90a.json")
+        self.assertEqual(man["layer_types"],
+                         [{"name": "first", "count": 1, "kinds": PHASES, "layer": "layer"},
+                          {"name": "rest", "count": 27, "kinds": PHASES[:4]}])
+
     def test_a_layer_of_an_unknown_kind_is_refused(self):
         w = Work(self, "layer-bad", copy_shipped=True)
         desc = shipped(w, "qwen3-0.6b", [1])

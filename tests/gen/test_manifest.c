@@ -145,8 +145,8 @@ KF_TEST(manifest__layer_types_are_written_after_the_header_when_there_are_some) 
   kf_strv kinds = {0};
   kf_strv_push(&kinds, "add");
   kf_strv_push(&kinds, "mul");
-  kf_manifest_add_layer_type(&m, "dense", 1, &kinds);
-  kf_manifest_add_layer_type(&m, "moe", 45, &kinds);
+  kf_manifest_add_layer_type(&m, "dense", 1, &kinds, NULL);
+  kf_manifest_add_layer_type(&m, "moe", 45, &kinds, "moe_layer");
   kf_strv_free(&kinds);
   char *text = kf_manifest_text(&m);
   KF_CHECK_CONTAINS(text, "\t\"backend\":\t\"cuda\",\n"
@@ -156,7 +156,9 @@ KF_TEST(manifest__layer_types_are_written_after_the_header_when_there_are_some) 
                           "\t\t\t\"kinds\":\t[\"add\", \"mul\"]\n"
                           "\t\t}, {\n"
                           "\t\t\t\"name\":\t\"moe\",\n"
-                          "\t\t\t\"count\":\t45,\n");
+                          "\t\t\t\"count\":\t45,\n"
+                          "\t\t\t\"kinds\":\t[\"add\", \"mul\"],\n"
+                          "\t\t\t\"layer\":\t\"moe_layer\"\n");
   free(text);
   kf_manifest_free(&m);
   /* none: no member (the sample's documented shape above) */

@@ -727,7 +727,7 @@ KF_TEST(manifest__a_repeated_member_counts_once_its_first) {
 KF_TEST(manifest__layer_types_are_read_and_must_name_kinds_it_has) {
   const char *two = "\"backend\": \"cuda\",\n  \"layer_types\": [{\"name\": \"dense\", \"count\": "
                     "1, \"kinds\": [\"input_norm\"]}, {\"name\": \"moe\", \"count\": 45, "
-                    "\"kinds\": [\"input_norm\", \"input_norm\"]}],";
+                    "\"kinds\": [\"input_norm\", \"input_norm\"], \"layer\": \"input_norm\"}],";
   rt_manifest m;
   rt_err err;
   char *text = edit("\"backend\": \"cuda\",", two);
@@ -740,6 +740,8 @@ KF_TEST(manifest__layer_types_are_read_and_must_name_kinds_it_has) {
     KF_CHECK_STR_EQ(m.layer_types[1].name, "moe");
     KF_CHECK(m.layer_types[1].count == 45 && m.layer_types[1].nkinds == 2);
     KF_CHECK_STR_EQ(m.layer_types[1].kinds[1], "input_norm");
+    KF_CHECK(m.layer_types[0].layer == NULL);
+    KF_CHECK_STR_EQ(m.layer_types[1].layer, "input_norm");
   }
   rt_manifest_free(&m);
   /* none: every layer alike */
@@ -760,6 +762,12 @@ KF_TEST(manifest__layer_types_are_read_and_must_name_kinds_it_has) {
        "layer_types[0].name: error: must be a non-empty string"},
       {"\"layer_types\": [{\"name\": \"d\", \"count\": 1, \"kinds\": [\"router\"]}],",
        "layer_types[0].kinds[0]: error: 'router' has no kernel in the manifest"},
+      {"\"layer_types\": [{\"name\": \"d\", \"count\": 1, \"kinds\": [\"input_norm\"], "
+       "\"layer\": \"layer\"}],",
+       "layer_types[0].layer: error: 'layer' has no kernel in the manifest"},
+      {"\"layer_types\": [{\"name\": \"d\", \"count\": 1, \"kinds\": [\"input_norm\"], "
+       "\"layer\": 3}],",
+       "layer_types[0].layer: error: must be a kind name"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *with = xprintf("\"backend\": \"cuda\", %s", bad[i].with);

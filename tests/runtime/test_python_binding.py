@@ -156,13 +156,15 @@ class BindingTest(unittest.TestCase):
         path = os.path.join(self.cache, "v1", "manifests", "m", "sm_90a.json")
         with open(path) as f:
             man = json.load(f)
-        man["layer_types"] = [{"name": "dense", "count": 2, "kinds": ["norm", "proj"]},
+        man["layer_types"] = [{"name": "dense", "count": 2, "kinds": ["norm", "proj"],
+                               "layer": "proj"},
                               {"name": "moe", "count": 3, "kinds": ["norm"]}]
         with open(path, "w") as f:
             json.dump(man, f)
         rt = self.open()
-        self.assertEqual(rt.layer_types, [kforge.LayerType("dense", 2, ("norm", "proj")),
+        self.assertEqual(rt.layer_types, [kforge.LayerType("dense", 2, ("norm", "proj"), "proj"),
                                           kforge.LayerType("moe", 3, ("norm",))])
+        self.assertIsNone(rt.layer_types[1].layer)
         self.assertEqual([rt.layer_kinds(i) for i in range(5)],
                          [("norm", "proj")] * 2 + [("norm",)] * 3)
         with self.assertRaises(IndexError):

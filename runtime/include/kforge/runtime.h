@@ -177,6 +177,11 @@ KF_API const char *kf_runtime_model(const kf_runtime *rt);
 KF_API int kf_runtime_layer_type_count(const kf_runtime *rt);
 KF_API kf_status kf_runtime_layer_type(kf_runtime *rt, int i, const char **name, int *count,
                                        const char *const **kinds, int *nkinds);
+/* The layer kind that runs layer type i's kinds in one launch (a family's
+ * "layers" entry with the same kinds, in order), or NULL in *kind when the
+ * build has none for this arch: run the kinds one by one. Fails as
+ * kf_runtime_layer_type does. */
+KF_API kf_status kf_runtime_layer_type_layer(kf_runtime *rt, int i, const char **kind);
 
 /* The KV-cache page sizes the model's kernels were built for, the one served
  * when a caller names none first, the others ascending: writes at most max
