@@ -139,16 +139,20 @@ kf_status kf_kernel_find(kf_runtime *rt, const char *kind, int rows, kf_kernel *
   return kf_kernel_find_ex(rt, kind, rows, NULL, kernel);
 }
 
-/* Whether kernel k serves the variant v (NULL: any). Where the manifest
- * holds several page sizes, "any" is its default one. */
-static int serves(const kf_kernel *k, const kf_variant *v) {
-  int want = v && v->page_size > 0 ? v->page_size : k->rt->manifest.page_size;
+/* The page size variant v asks of rt (NULL or 0: any, which is the
+ * manifest's default where it holds several; 0 where it holds one). */
+static int wanted_page_size(const kf_runtime *rt, const kf_variant *v) {
+  return v && v->page_size > 0 ? v->page_size : rt->manifest.page_size;
+}
+
+/* Whether kernel k serves page size want (0: any). */
+static int serves(const kf_kernel *k, int want) {
   return want == 0 || k->d->page_size == 0 || k->d->page_size == want;
 }
 
-/* KF_ERR_NO_PAGE_SIZE for kind group g, which has no kernel for v: the
- * reason names the page sizes it was built for. */
-static kf_status no_page_size(kf_runtime *rt, const rt_kind *g, const kf_variant *v) {
+/* KF_ERR_NO_PAGE_SIZE for kind group g, which has no kernel for page size
+ * want: the reason names the page sizes it was built for. */
+static kf_status no_page_size(kf_runtime *rt, const rt_kind *g, int want) {
   rt_err err;
   char sizes[128];
   size_t used = 0;
@@ -160,7 +164,6 @@ static kf_status no_page_size(kf_runtime *rt, const rt_kind *g, const kf_variant
     if (!seen)
       used += (size_t)snprintf(sizes + used, sizeof sizes - used, "%s%d", used ? ", " : "", p);
   }
-  int want = v && v->page_size > 0 ? v->page_size : rt->manifest.page_size;
   rt_err_set(&err, KF_ERR_NO_PAGE_SIZE,
              "kind '%s' of model '%s' is built for KV-cache pages of %s tokens, not %d: list %d "
              "in the description's page_sizes (kforge import-hf --page-size %d)",
@@ -193,12 +196,13 @@ kf_status kf_kernel_find_ex(kf_runtime *rt, const char *kind, int rows, const kf
     const rt_kind *g = &rt->kinds[i];
     if (strcmp(g->kind, kind) != 0)
       continue;
-    int served = 0; /* a kernel of the kind serves the variant, at some width */
+    const int want = wanted_page_size(rt, variant);
+    int widest = 0; /* the widest kernel of the kind that serves the page size (0: none) */
     for (int j = 0; j < g->n; j++) {
       kf_kernel *k = g->by_width[j];
-      if (!serves(k, variant))
+      if (!serves(k, want))
         continue;
-      served = 1;
+      widest = k->d->width;
       if (k->d->width < rows)
         continue;
       if (rt_kernel_load(k, &err) != KF_OK) {
@@ -208,12 +212,8 @@ kf_status kf_kernel_find_ex(kf_runtime *rt, const char *kind, int rows, const kf
       *kernel = k;
       return KF_OK;
     }
-    if (!served)
-      return no_page_size(rt, g, variant);
-    int widest = 0;
-    for (int j = 0; j < g->n; j++)
-      if (serves(g->by_width[j], variant))
-        widest = g->by_width[j]->d->width;
+    if (!widest)
+      return no_page_size(rt, g, want);
     rt_err_set(&err, KF_ERR_NO_WIDTH,
                "%d rows exceed the largest width of kind '%s' (%d) in model "
                "'%s': use the fallback path",
