@@ -19,8 +19,9 @@ noise separates is not worth a different kernel).
 
 Results go to DIR/results.json as they are measured, by candidate and
 device, so a run that stops (budget, error, interrupt) resumes where it
-stopped. Templates without a recipe (the MoE kinds take routing inputs)
-are reported and left out of the tuning file.
+stopped. Templates without a recipe here are reported and left out of the
+tuning file. The MoE kinds are timed on random routing (distinct experts
+per row), their outputs checked where a row's choice puts them.
 """
 import argparse
 import json
@@ -47,44 +48,100 @@ def _torch():
 
 
 # ---- recipes: a template's operands and its reference -------------------------------------
-# Each recipe maps (shape, W) to the operands by argument name: "weights" are
-# rotated between launches, "out" is the output checked, the rest are inputs.
-def _gemm_operands(shape, width, n_out, n_rows_w, bias=False):
+class Case:
+    """One unit's operands by argument name: `rotated` names the weights,
+    given a copy of their own at each launch; `out_name` the output, of
+    out_shape and out_dtype, checked through view(out) against ref(ops)
+    (view picks what the kernel must write)."""
+
+    def __init__(self, ops, rotated, out_name, out_shape, ref, out_dtype="bfloat16",
+                 view=None):
+        self.ops, self.rotated, self.out_name, self.out_shape = ops, rotated, out_name, out_shape
+        self.ref, self.out_dtype = ref, out_dtype
+        self.view = view or (lambda t: t)
+
+
+def _randn(*shape, scale=1.0):
     torch = _torch()
-    k = shape["K"]
-    x = torch.randn(width, k, device="cuda").to(torch.bfloat16)
-    w = (torch.randn(n_rows_w, k, device="cuda") * k ** -0.5).to(torch.bfloat16)
-    ops = {"x": x, "w": w}
-    if bias:
-        ops["bias"] = torch.randn(n_rows_w, device="cuda").to(torch.bfloat16)
-    return ops, ("w",), (width, n_out)
+    return (torch.randn(*shape, device="cuda") * scale).to(torch.bfloat16)
 
 
-def _linear(ops):
-    y = ops["x"].float() @ ops["w"].float().t()
-    return y + ops["bias"].float() if "bias" in ops else y
+def _linear(x, w, bias=None):
+    y = x.float() @ w.float().t()
+    return y + bias.float() if bias is not None else y
 
 
 def _recipe_skinny_gemm(shape, width, bias=False):
-    ops, rotated, out_shape = _gemm_operands(shape, width, shape["N"], shape["N"], bias)
-    return ops, rotated, "y", out_shape, _linear
+    n, k = shape["N"], shape["K"]
+    ops = {"x": _randn(width, k), "w": _randn(n, k, scale=k ** -0.5)}
+    if bias:
+        ops["bias"] = _randn(n)
+    return Case(ops, ("w",), "y", (width, n), lambda o: _linear(o["x"], o["w"], o.get("bias")))
+
+
+def _silu_mul(y, inter):
+    torch = _torch()
+    return torch.nn.functional.silu(y[..., :inter]) * y[..., inter:]
 
 
 def _recipe_gate_up_silu(shape, width):
-    inter = shape["INTERMEDIATE"]
-    ops, rotated, out_shape = _gemm_operands(shape, width, inter, 2 * inter)
+    inter, k = shape["INTERMEDIATE"], shape["K"]
+    ops = {"x": _randn(width, k), "w": _randn(2 * inter, k, scale=k ** -0.5)}
+    return Case(ops, ("w",), "out", (width, inter),
+                lambda o: _silu_mul(_linear(o["x"], o["w"]), inter))
+
+
+def _routing(shape, width):
+    """ids [W x TOPK] int32, distinct experts per row at random, and the
+    slots: the distinct chosen experts, ascending (templates/moe.cuh)."""
+    torch = _torch()
+    experts, topk = shape["EXPERTS"], shape["TOPK"]
+    ids = torch.stack([torch.randperm(experts, device="cuda")[:topk] for _ in range(width)]).int()
+    slots = torch.unique(ids).tolist()  # sorted
+    slot_of = {e: i for i, e in enumerate(slots)}
+    # (slot, row) of every choice, what the kernels must write
+    pairs = [(slot_of[int(ids[r, k])], r, k) for r in range(width) for k in range(topk)]
+    return ids, slots, pairs
+
+
+def _recipe_moe_gate_up(shape, width):
+    torch = _torch()
+    hidden, inter, experts, topk = (shape[n] for n in ("HIDDEN", "INTERMEDIATE", "EXPERTS", "TOPK"))
+    ids, slots, pairs = _routing(shape, width)
+    ops = {"x": _randn(width, hidden), "w": _randn(experts, 2 * inter, hidden, scale=hidden ** -0.5),
+           "ids": ids}
+    s_idx = torch.tensor([p[0] for p in pairs], device="cuda")
+    r_idx = torch.tensor([p[1] for p in pairs], device="cuda")
 
     def ref(o):
-        torch = _torch()
-        y = _linear(o)
-        return torch.nn.functional.silu(y[:, :inter]) * y[:, inter:]
-    return ops, rotated, "out", out_shape, ref
+        act = torch.stack([_silu_mul(_linear(o["x"], o["w"][e]), inter) for e in slots])
+        return act[s_idx, r_idx]
+    return Case(ops, ("w",), "act", (min(width * topk, experts), width, inter), ref,
+                view=lambda t: t[s_idx, r_idx])
+
+
+def _recipe_moe_down(shape, width):
+    torch = _torch()
+    hidden, inter, experts, topk = (shape[n] for n in ("HIDDEN", "INTERMEDIATE", "EXPERTS", "TOPK"))
+    ids, slots, pairs = _routing(shape, width)
+    nslots = min(width * topk, experts)
+    ops = {"act": _randn(nslots, width, inter), "w": _randn(experts, hidden, inter,
+                                                           scale=inter ** -0.5), "ids": ids}
+
+    def ref(o):
+        y = torch.empty(width, topk, hidden, device="cuda")
+        for s_, r, k in pairs:
+            y[r, k] = _linear(o["act"][s_, r][None], o["w"][slots[s_]])[0]
+        return y
+    return Case(ops, ("w",), "y", (width, topk, hidden), ref, out_dtype="float32")
 
 
 RECIPES = {
     "skinny_gemm": _recipe_skinny_gemm,
     "skinny_gemm_bias": lambda shape, width: _recipe_skinny_gemm(shape, width, bias=True),
     "gate_up_silu": _recipe_gate_up_silu,
+    "moe_gate_up": _recipe_moe_gate_up,
+    "moe_down": _recipe_moe_down,
 }
 
 
@@ -108,22 +165,33 @@ def _call(kernel, named, stream):
     kernel(*args, stream=stream)
 
 
-def time_candidates(cands, ops, rotated, out_name, out_shape, rounds):
+def _poisoned(case):
+    torch = _torch()
+    out = torch.empty(*case.out_shape, dtype=getattr(torch, case.out_dtype), device="cuda")
+    if case.out_dtype == "bfloat16":
+        out.view(torch.int16).fill_(0x7FC1)  # a bf16 NaN: anything left unwritten shows
+    else:
+        out.fill_(float("nan"))
+    return out
+
+
+def time_candidates(cands, case, rounds):
     """Each candidate's best-of-rounds microseconds per launch (set on .us)."""
     torch = _torch()
-    wbytes = sum(ops[r].numel() * ops[r].element_size() for r in rotated)
+    ops = case.ops
+    wbytes = sum(ops[r].numel() * ops[r].element_size() for r in case.rotated)
     copies = max(2, min(64, math.ceil(L2_ROTATE / max(wbytes, 1))))
-    rot = {r: [ops[r]] + [ops[r].clone() for _ in range(copies - 1)] for r in rotated}
-    out = torch.empty(*out_shape, dtype=torch.bfloat16, device="cuda")
+    rot = {r: [ops[r]] + [ops[r].clone() for _ in range(copies - 1)] for r in case.rotated}
+    out = _poisoned(case)
     reps = copies * max(1, math.ceil(24 / copies))
     stream = torch.cuda.Stream()
     graphs = {}
     for c in cands:
         def body(i, c=c):
             named = dict(ops)
-            for r in rotated:
+            for r in case.rotated:
                 named[r] = rot[r][i % copies]
-            named[out_name] = out
+            named[case.out_name] = out
             _call(c.kernel, named, stream.cuda_stream)
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -157,18 +225,18 @@ def time_candidates(cands, ops, rotated, out_name, out_shape, rounds):
     torch.cuda.empty_cache()
 
 
-def check_candidates(cands, ops, out_name, out_shape, ref):
+def check_candidates(cands, case):
     """Sets .err (relative error against the reference, inf for poison left)."""
     torch = _torch()
-    want = ref(ops)
+    want = case.ref(case.ops)
     for c in cands:
-        out = torch.empty(*out_shape, dtype=torch.bfloat16, device="cuda")
-        out.view(torch.int16).fill_(0x7FC1)  # a bf16 NaN: a row left unwritten shows
-        named = dict(ops)
-        named[out_name] = out
+        out = _poisoned(case)
+        named = dict(case.ops)
+        named[case.out_name] = out
         _call(c.kernel, named, None)
         torch.cuda.synchronize()
-        c.err = float("inf") if out.isnan().any().item() else rel_err(out, want)
+        got = case.view(out)
+        c.err = float("inf") if got.isnan().any().item() else rel_err(got, want)
 
 
 def choose(unit, measured):
@@ -257,7 +325,7 @@ def main(argv=None):
         if todo:
             torch.manual_seed(1000 + i)
             shape = u["shape"]
-            ops, rotated, out_name, out_shape, ref = recipe(shape, u["W"])
+            case = recipe(shape, u["W"])
             cands = []
             for c in todo:
                 try:
@@ -266,14 +334,15 @@ def main(argv=None):
                 except Error as e:
                     results[f"{device}|{c['model']}"] = {"params": c["params"], "ok": False,
                                                          "us": None, "why": str(e)}
-            check_candidates(cands, ops, out_name, out_shape, ref)
+            check_candidates(cands, case)
             good = [c for c in cands if c.err <= TOL]
-            time_candidates(good, ops, rotated, out_name, out_shape, a.rounds)
+            time_candidates(good, case, a.rounds)
             for c in cands:
                 results[f"{device}|{c.model}"] = {
                     "params": c.params, "ok": c.err <= TOL, "us": c.us, "err": c.err}
             write_json(res_path, results)
-            del ops, cands
+            del case, cands
+            torch.cuda.empty_cache()
         measured = {c["model"]: results[f"{device}|{c['model']}"] for c in built
                     if f"{device}|{c['model']}" in results}
         pick = choose(u, measured)
