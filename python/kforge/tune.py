@@ -310,10 +310,15 @@ def main(argv=None):
     out_path = a.out or os.path.join(a.dir, "tuning.json")
     start = time.monotonic()
     units = plan["units"]
-    entries, skipped, untimed = [], set(), 0
+    major, minor = torch.cuda.get_device_capability(a.device)
+    here = f"sm_{major}{minor}"  # sm_90a, sm_90 and sm_90f run here (sm_100a does not)
+    entries, skipped, untimed, elsewhere = [], set(), 0, set()
     for i, u in enumerate(units):
         label = f"[{i + 1}/{len(units)}] {unit_label(u)}"
         recipe = RECIPES.get(u["template"])
+        if not (u["arch"] == here or u["arch"][:len(here) + 1] in (here + "a", here + "f")):
+            elsewhere.add(u["arch"])
+            continue
         if recipe is None:
             skipped.add(u["template"])
             continue
@@ -367,6 +372,9 @@ def main(argv=None):
     for t in sorted(skipped):
         print(f"kforge tune: {t}: no timing recipe for this template; its kernels keep their "
               f"description's values", file=sys.stderr)
+    for arch in sorted(elsewhere):
+        print(f"kforge tune: {arch}: not this device's arch ({here}, {device}); its units are "
+              f"timed on such a device", file=sys.stderr)
     if untimed:
         print(f"kforge tune: the budget ran out with {untimed} units untimed: run again to go on",
               file=sys.stderr)
