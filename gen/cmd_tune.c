@@ -26,21 +26,23 @@
 
 static const char usage[] =
     "usage: kforge tune [--arch ARCH] [--dir DIR] [--out FILE] [--build-only | --time-only]\n"
-    "                   [--budget SECONDS] [-j N] [--template-dir DIR] [-I DIR] MODEL.json...\n"
+    "                   [--widths LIST] [--budget SECONDS] [-j N] [--template-dir DIR] [-I DIR]\n"
+    "                   MODEL.json...\n"
     "Builds every candidate value of the tuning parameters that the template schemas\n"
-    "declare (\"tuning\"), for each kernel of the descriptions at each width, into\n"
-    "DIR/cache (default DIR: ./tune), then times them on this machine's GPU with the\n"
-    "Python binding ($KFORGE_PYTHON, else python3, -m kforge.tune; it needs torch) and\n"
-    "writes the fastest that computes the right result to the tuning file --out\n"
-    "(default DIR/tuning.json), which `kforge build --tuning FILE` applies. --build-only\n"
-    "stops after the build (a builder without a GPU: run `kforge tune --time-only` or\n"
-    "`python3 -m kforge.tune DIR` on the GPU machine); --time-only times what DIR holds.\n"
+    "declare (\"tuning\"), for each kernel of the descriptions at each width (--widths:\n"
+    "only those), into DIR/cache (default DIR: ./tune), then times them on this machine's\n"
+    "GPU with the Python binding ($KFORGE_PYTHON, else python3, -m kforge.tune; it needs\n"
+    "torch) and writes the fastest that computes the right result to the tuning file\n"
+    "--out (default DIR/tuning.json), which `kforge build --tuning FILE` applies.\n"
+    "--build-only stops after the build (a builder without a GPU: run `kforge tune\n"
+    "--time-only` or `python3 -m kforge.tune DIR` on the GPU machine); --time-only times\n"
+    "what DIR holds.\n"
     "Timing is resumable: candidates DIR/results.json has for this device are not timed\n"
     "again. --budget stops timing after that many seconds; units left untimed get no\n"
     "entry. Exit 0, 1 when no candidate built or the timer failed, 2 on bad input.\n";
 
 typedef struct {
-  const char *dir, *out, *budget;
+  const char *dir, *out, *budget, *widths;
   int build_only, time_only;
 } tune_opts;
 
@@ -56,8 +58,24 @@ static int extra(const char *opt, const char *val, void *ctx) {
     o->out = val;
   else if (!strcmp(opt, "--budget") && val)
     o->budget = val;
+  else if (!strcmp(opt, "--widths") && val)
+    o->widths = val;
   else
     return -1;
+  return 0;
+}
+
+/* Whether width w is in the comma-separated list (NULL: every width). */
+static int in_widths(const char *list, int w) {
+  if (!list)
+    return 1;
+  for (const char *p = list; *p;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end != p && v == w)
+      return 1;
+    p = *end ? end + 1 : end;
+  }
   return 0;
 }
 
@@ -395,6 +413,21 @@ int kf_cmd_tune(int argc, char **argv) {
       return 2;
     }
   }
+  if (o.widths) {
+    for (const char *p = o.widths;;) {
+      char *end;
+      long v = strtol(p, &end, 10);
+      if (end == p || v < 1 || v > KF_MAX_WIDTH || (*end && *end != ',')) {
+        kf_usage_error(usage, "--widths needs widths from 1 to %d, comma-separated, got '%s'",
+                       KF_MAX_WIDTH, o.widths);
+        kf_cli_free(&cli);
+        return 2;
+      }
+      if (!*end)
+        break;
+      p = end + 1;
+    }
+  }
   if (cli.inputs.n == 0 && !o.time_only) {
     kf_usage_error(usage, "no description given");
     kf_cli_free(&cli);
@@ -423,7 +456,7 @@ int kf_cmd_tune(int argc, char **argv) {
       if (k->nphases || !has_tuning(k->tmpl))
         continue; /* a layer kind runs its phases' choices */
       for (size_t wi = 0; wi < m->nwidths; wi++)
-        for (size_t ai = 0; ai < m->arches.n; ai++) {
+        for (size_t ai = 0; ai < m->arches.n && in_widths(o.widths, m->widths[wi]); ai++) {
           const char *arch = m->arches.v[ai];
           char name[17];
           shape_hash(k, arch, name);

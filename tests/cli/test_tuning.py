@@ -170,11 +170,12 @@ class Tune(unittest.TestCase):
             self.assertEqual(len(seen), 16)
         # the build's own words for the refusals are in the log
         self.assertIn("K / KSPLIT", w.read("t/build.log"))
-        # a rerun compiles nothing that built
-        r = w.kf("tune", "--build-only", "--dir", "t", "--templates", "shipped/templates",
-                 "small.json", common=False, timeout=900)
+        # a rerun compiles nothing that built; --widths keeps those widths' units
+        r = w.kf("tune", "--build-only", "--widths", "2", "--dir", "t", "--templates",
+                 "shipped/templates", "small.json", common=False, timeout=900)
         self.assertEqual(r.rc, 0, str(r))
-        self.assertIn("32 kernels: 16 cached, 0 compiled, 16 failed", w.read("t/build.log"))
+        self.assertIn("16 kernels: 8 cached, 0 compiled, 8 failed", w.read("t/build.log"))
+        self.assertEqual([u["W"] for u in w.load_json("t/plan.json")["units"]], [2])
 
     def test_time_only_runs_the_timer_with_the_directory(self):
         w = Work(self, "tune-time")
@@ -194,6 +195,7 @@ class Tune(unittest.TestCase):
         w = Work(self, "tune-usage")
         for args, want in ((["--build-only", "--time-only"], "exclude each other"),
                            (["--budget", "0", "x.json"], "--budget needs a number"),
+                           (["--widths", "1,0", "x.json"], "--widths needs widths from 1"),
                            ([], "no description given")):
             r = w.kf("tune", *args, common=False)
             self.assertEqual(r.rc, 2, str(r))
