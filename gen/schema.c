@@ -313,8 +313,8 @@ static int parse_int_list(const char *file, const char *path, const cJSON *spec,
         }
       if ((ps->has_min && d < ps->min) || (ps->has_max && d > ps->max) ||
           (ps->multiple_of > 0 && vals[i] % ps->multiple_of != 0) || !allowed) {
-        kf_error(file, p, "%lld breaks the parameter's min, max, multiple_of or one_of",
-                 (long long)vals[i]);
+        kf_error(file, p, "%lld breaks the parameter's min, max%s", (long long)vals[i],
+                 ps->one_of ? ", multiple_of or one_of" : " or multiple_of");
         errors++;
       }
     }

@@ -227,6 +227,16 @@ KF_TEST(schema__constraints_that_no_value_or_every_value_meets_are_refused) {
        "t.json: params.EPS.one_of: error: is for int parameters only, got an array\n"},
       {"\"N\": {\"type\": \"int\"}, \"N\": {\"type\": \"int\", \"min\": 9}",
        "t.json: params.N: error: duplicate member \"N\"\n"},
+      /* "tuning": a knob's candidates, each one a value the param may take */
+      {"\"N\": {\"type\": \"int\", \"one_of\": [1, 2], \"tuning\": [1, 4]}",
+       "t.json: params.N.tuning[1]: error: 4 breaks the parameter's min, max, multiple_of or "
+       "one_of\n"},
+      {"\"N\": {\"type\": \"int\", \"tuning\": [2, 2]}",
+       "t.json: params.N.tuning[1]: error: 2 is listed twice\n"},
+      {"\"N\": {\"type\": \"int\", \"tuning\": []}",
+       "t.json: params.N.tuning: error: must be a non-empty array of integers, got []\n"},
+      {"\"EPS\": {\"type\": \"float\", \"tuning\": [1]}",
+       "t.json: params.EPS.tuning: error: is for int parameters only, got an array\n"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *text = schema_with("t::entry", cases[i].params, "", OK_LAUNCH);
