@@ -300,7 +300,16 @@ def main(argv=None):
     if plan.get("kforge_tune_plan") != 1:
         print(f"{plan_path}: error: not a plan of this kforge tune", file=sys.stderr)
         return 2
-    torch = _torch()
+    try:
+        torch = _torch()
+    except ImportError as e:
+        print(f"kforge tune: the timer needs torch with CUDA on the GPU machine ({e}); the "
+              f"candidates in {a.dir} stay built", file=sys.stderr)
+        return 1
+    if not torch.cuda.is_available():
+        print(f"kforge tune: no GPU that torch can use here; time {a.dir} on the GPU machine",
+              file=sys.stderr)
+        return 1
     from .runtime import Error, Runtime  # noqa: PLC0415
     torch.cuda.set_device(a.device)
     device = torch.cuda.get_device_name(a.device)

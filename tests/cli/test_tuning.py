@@ -12,6 +12,8 @@ import importlib.util
 import json
 import os
 import stat
+import subprocess
+import sys
 import unittest
 
 from kfhelp import SRC, Work
@@ -190,6 +192,26 @@ class Tune(unittest.TestCase):
                  env={"KFORGE_PYTHON": w.path("nothing-here")})
         self.assertEqual(r.rc, 1, str(r))
         self.assertIn("the timing needs Python with the kforge binding and torch", r.err)
+
+    def test_the_timer_without_a_gpu_says_so(self):
+        """python -m kforge.tune on a machine without torch or a GPU (CI) stops
+        with exit 1 and says what it needs, leaving the directory alone."""
+        w = Work(self, "tune-nogpu")
+        w.dump_json("t/plan.json", {"kforge_tune_plan": 1, "units": []})
+        env = dict(w.env, PYTHONPATH=os.path.join(SRC, "python"))
+        lib = os.environ.get("KFORGE_RT_LIBRARY")
+        if lib:
+            env["KFORGE_RT_LIBRARY"] = lib
+        r = subprocess.run([sys.executable, "-m", "kforge.tune", "t"], cwd=w.root, env=env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"kforge tune: (the timer needs torch|no GPU that torch)")
+        self.assertEqual(sorted(os.listdir(w.path("t"))), ["plan.json"])
+        w.dump_json("t/plan.json", {"units": []})
+        r = subprocess.run([sys.executable, "-m", "kforge.tune", "t"], cwd=w.root, env=env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("not a plan of this kforge tune", r.stderr)
 
     def test_usage_errors(self):
         w = Work(self, "tune-usage")
