@@ -158,6 +158,7 @@ class Candidate:
         self.kernel = kernel
         self.us = None
         self.err = None
+        self.why = None
 
 
 def _call(kernel, named, stream):
@@ -193,19 +194,24 @@ def time_candidates(cands, case, rounds):
                 named[r] = rot[r][i % copies]
             named[case.out_name] = out
             _call(c.kernel, named, stream.cuda_stream)
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for i in range(3):
-                body(i)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
-            for i in range(reps):
-                body(i)
-        graphs[c.model] = g
-    best = {c.model: float("inf") for c in cands}
+        try:
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for i in range(3):
+                    body(i)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                for i in range(reps):
+                    body(i)
+            graphs[c.model] = g
+        except Exception as e:  # noqa: BLE001 (a candidate that cannot be timed is left out)
+            c.why = f"not timed: {str(e).splitlines()[0]}"
+            torch.cuda.synchronize()
+    timed = [c for c in cands if c.model in graphs]
+    best = {c.model: float("inf") for c in timed}
     for _ in range(rounds):
-        for c in cands:
+        for c in timed:
             g = graphs[c.model]
             g.replay()
             torch.cuda.synchronize()
@@ -219,7 +225,7 @@ def time_candidates(cands, case, rounds):
                 b.synchronize()
                 times.append(a.elapsed_time(b) * 1e3 / reps)
             best[c.model] = min(best[c.model], statistics.median(times))
-    for c in cands:
+    for c in timed:
         c.us = best[c.model]
     del graphs, rot
     torch.cuda.empty_cache()
@@ -352,8 +358,13 @@ def main(argv=None):
             good = [c for c in cands if c.err <= TOL]
             time_candidates(good, case, a.rounds)
             for c in cands:
-                results[f"{device}|{c.model}"] = {
-                    "params": c.params, "ok": c.err <= TOL, "us": c.us, "err": c.err}
+                ok = c.err <= TOL and c.us is not None
+                results[f"{device}|{c.model}"] = {"params": c.params, "ok": ok, "us": c.us,
+                                                  "err": c.err}
+                if c.why or c.err > TOL:
+                    results[f"{device}|{c.model}"]["why"] = c.why or f"relative error {c.err:.3g}"
+                    print(f"{label}: {c.model} ({params_label(c.params)}): "
+                          f"{c.why or f'relative error {c.err:.3g} over {TOL}'}", file=sys.stderr)
             write_json(res_path, results)
             del case, cands
             torch.cuda.empty_cache()
