@@ -11,6 +11,7 @@ the GPU (tests/gpu/test_tune.py)."""
 import importlib.util
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -50,6 +51,25 @@ def load_tune_module():
 
 
 class TuningFiles(unittest.TestCase):
+    def test_shipped_tuning_files_apply_to_the_shipped_descriptions(self):
+        """Each file of models/tuning/ (kforge tune's choices on a device) is
+        read, checked against the shipped templates and matches kernels of
+        the shipped descriptions."""
+        tdir = os.path.join(SRC, "models", "tuning")
+        files = sorted(f for f in os.listdir(tdir) if f.endswith(".json"))
+        self.assertTrue(files)
+        models = sorted(os.path.join(SRC, "models", f) for f in os.listdir(
+            os.path.join(SRC, "models")) if f.endswith(".json"))
+        w = Work(self, "tuning-shipped")
+        for f in files:
+            with self.subTest(f=f):
+                r = w.kf("keys", "--arch", "sm_90a", "--tuning", os.path.join(tdir, f), *models,
+                         common=False)
+                self.assertEqual(r.rc, 0, str(r))
+                m = re.search(r"tuning: (\d+) of (\d+) entries match kernels of this build; "
+                              r"(\d+) kernels take other values", r.err)
+                self.assertTrue(m and int(m.group(1)) > 0 and int(m.group(3)) > 0, r.err)
+
     def test_an_entry_builds_what_the_description_would_with_its_values(self):
         w = Work(self, "tuning", copy_shipped=True)
         desc = "shipped/models/qwen3-0.6b.json"
