@@ -222,6 +222,8 @@ class Tune(unittest.TestCase):
         lib = os.environ.get("KFORGE_RT_LIBRARY")
         if lib:
             env["KFORGE_RT_LIBRARY"] = lib
+        if os.environ.get("KFORGE_TEST_PRELOAD"):
+            env.update(LD_PRELOAD=os.environ["KFORGE_TEST_PRELOAD"], ASAN_OPTIONS="detect_leaks=0")
         r = subprocess.run([sys.executable, "-m", "kforge.tune", "t"], cwd=w.root, env=env,
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 1, r.stderr)
