@@ -120,6 +120,20 @@ int kf_arch_sm(const char *arch) {
 
 int kf_arch_has_mma(const char *arch) { return kf_arch_sm(arch) >= 80; }
 
+long kf_arch_block_shared_max(const char *arch) {
+  rt_arch a;
+  if (rt_arch_parse(arch, &a) != 0)
+    return 0;
+  if (kf_arch_is_hip(arch))
+    return !strcmp(a.base, "gfx950") ? 160 * 1024 : 64 * 1024; /* LDS per workgroup */
+  const int sm = kf_arch_sm(arch);
+  if (sm == 80 || sm == 87)
+    return 163 * 1024;
+  if (sm >= 90 && sm < 120)
+    return 227 * 1024;
+  return sm == 75 ? 64 * 1024 : 99 * 1024; /* sm_86, sm_89, sm_120, sm_121 */
+}
+
 /* When LLVM first targeted each newer processor, and an older processor of
  * the same generation for parsers that predate it. */
 static const struct {

@@ -32,6 +32,10 @@ int kf_arch_sm(const char *arch);
 /* 1 for the arches whose template code takes the matrix-instruction path
  * (NVIDIA sm_80 and later: KF_HAS_MMA_BF16 in kf_portability.cuh), else 0. */
 int kf_arch_has_mma(const char *arch);
+/* The most shared memory (LDS on AMD) one block may use on an arch, in
+ * bytes, opt-in included: 227 KiB on sm_90 and sm_100, 64 KiB on gfx90a and
+ * gfx942, 160 KiB on gfx950; 0 for a name outside the grammar. */
+long kf_arch_block_shared_max(const char *arch);
 
 /* The first LLVM major version whose AMDGPU backend targets a gfx arch
  * (features ignored): 20 for gfx950, 17 for gfx942; 0 for the older ones,

@@ -123,8 +123,12 @@ static void plan_layer(kf_instance *in, int mma) {
     eval_or_zero(pk, in->width, mma, pt->layer_shared_bytes, &ph[i].shared);
     ph[i].items = ph[i].grid[0] * ph[i].grid[1] * ph[i].grid[2];
     /* launch.layer_pack: two items side by side where two fill the block
-     * (kf::layer::kMaxPack), each with its own shared memory */
-    ph[i].pack = pt->layer_pack && ph[i].threads * 2 == KF_LAYER_THREADS ? 2 : 1;
+     * (kf::layer::kMaxPack), each with its own shared memory, where the
+     * arch's block has room for both (not on AMD's 64 KiB: attention) */
+    ph[i].pack = pt->layer_pack && ph[i].threads * 2 == KF_LAYER_THREADS &&
+                         ph[i].shared * 2 <= kf_arch_block_shared_max(in->arch)
+                     ? 2
+                     : 1;
     if (ph[i].ksplit > 1) {
       const int64_t tiles = ph[i].grid[0] / ph[i].ksplit;
       ph[i].split_base = counters;
@@ -274,10 +278,6 @@ void kf_plan_add_model(kf_plan *plan, const kf_model *m) {
   for (size_t ki = 0; ki < m->nkernels; ki++)
     for (size_t wi = 0; wi < m->nwidths; wi++)
       for (size_t ai = 0; ai < m->arches.n; ai++) {
-        /* layer kernels: NVIDIA only so far (their phases' sub-block barriers
-         * are named barriers, which HIP lacks) */
-        if (m->kernels[ki].nphases && kf_arch_is_hip(m->arches.v[ai]))
-          continue;
         plan->v = kf_xpush(plan->v, plan->n, sizeof *plan->v);
         kf_instance *in = &plan->v[plan->n++];
         memset(in, 0, sizeof *in);

@@ -782,7 +782,7 @@ KF_DEVICE void decode_attention_entry(const kf_bf16 *q, const kf_bf16 *k_cache,
   attn_partials<G, D, NW> &part = *reinterpret_cast<attn_partials<G, D, NW> *>(smem);
   float *stage = reinterpret_cast<float *>(smem + sizeof(attn_partials<G, D, NW>));
   if (layer::slot_smem_bytes < (int)sizeof(attn_partials<G, D, NW>) + kStage * kPartFloats * 4 + 8)
-    __trap();
+    trap();
   int &is_last = *reinterpret_cast<int *>(stage + kStage * kPartFloats);
   float &neg_inf = *(stage + kStage * kPartFloats + 1);
 #else

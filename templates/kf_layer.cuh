@@ -125,6 +125,7 @@ KF_DEVICE bool begin(void *area, float *scratch) {
     unsigned long long before = atomicAdd(sync::counter(s, 0), 1ull);
     state.epoch = before / gridDim.x;
   }
+  bar_init();
   __syncthreads();
   return sync::enter(sync_of());
 }
@@ -151,7 +152,7 @@ KF_DEVICE Item item_at(int i, int gx, int gy, int ksplit) {
 // One item, in a function of its own: ptxas then allocates each phase's
 // registers alone (inlined into one body, Qwen2.5-7B's layer at width 2
 // spilled 28 bytes at the 255-register cap, though no phase does alone).
-template <class Run> __noinline__ KF_DEVICE void run_item(const Run &run) { run(); }
+template <class Run> KF_NOINLINE KF_DEVICE void run_item(const Run &run) { run(); }
 
 __host__ __device__ constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
 

@@ -139,6 +139,20 @@ __device__ double __ocml_exp2_f64(double x) {
     sum = __builtin_fma(sum, t / k, 1.0);
   return __builtin_amdgcn_ldexp(sum, (int)n);
 }
+// __syncthreads_or (kf_sync.cuh): the block's OR of a predicate, through one
+// word of shared memory between barriers (the first keeps a previous call's
+// readers ahead of the reset).
+__device__ __attribute__((convergent)) int __ockl_wgred_or_i32(int a) {
+  __shared__ int any;
+  __syncthreads();
+  if (__ockl_get_local_id(0) == 0 && __ockl_get_local_id(1) == 0 && __ockl_get_local_id(2) == 0)
+    any = 0;
+  __syncthreads();
+  if (a)
+    __hip_atomic_fetch_or(&any, 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+  __syncthreads();
+  return any;
+}
 } // extern "C"
 #endif // KF_VENDOR_HIP && defined(KF_NO_DEVICE_LIBS) && defined(__HIP_DEVICE_COMPILE__)
 
@@ -199,6 +213,13 @@ typedef __nv_bfloat16 kf_bf16;
 #endif // KF_VENDOR_HIP
 
 #define KF_DEVICE __device__ __forceinline__
+// A device function kept out of line (the host emulation spells it as GCC
+// does: libstdc++'s headers use __noinline__ as an attribute name).
+#if defined(KF_EMU_WARP)
+#define KF_NOINLINE __attribute__((noinline))
+#else
+#define KF_NOINLINE __noinline__
+#endif // defined(KF_EMU_WARP)
 
 // Declares `name` as the block's dynamic shared memory (the launch's
 // shared_bytes); the host emulation (tests/emu) hands out a buffer of its own.
@@ -253,7 +274,8 @@ KF_DEVICE float shfl(float v, int src_lane) {
 // through block_idx_* / grid_dim_x (the item's, inside a layer kernel), and
 // synchronise their THREADS threads with block_sync<THREADS> (a phase of
 // fewer threads than the layer's KF_MONO_THREADS runs on the first THREADS
-// and syncs them with named barrier 15). Outside a layer kernel these are
+// and syncs them with barrier 15: kf::bar_sync, a named barrier on NVIDIA,
+// software on AMD). Outside a layer kernel these are
 // blockIdx, gridDim and __syncthreads, so the separate kernels compile to
 // what they were.
 #ifndef KF_MONO
@@ -559,13 +581,68 @@ KF_DEVICE void bar_arrive(int id, int threads) {
 KF_DEVICE void bar_sync(int id, int threads) {
   asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
-#elif defined(KF_EMU_WARP)
+#elif defined(KF_EMU_WARP) && !defined(KF_EMU_SOFT_BARRIERS)
 #define KF_HAS_NAMED_BARRIERS 1
 KF_DEVICE void bar_arrive(int id, int threads) { emu_bar_arrive(id, threads); }
 KF_DEVICE void bar_sync(int id, int threads) { emu_bar_sync(id, threads); }
 #else
 #define KF_HAS_NAMED_BARRIERS 0
 #endif // named barriers
+
+// Sub-block barriers without hardware (AMD has one barrier per workgroup,
+// s_barrier): bar_sync(id, threads) in shared memory, for layer kernels'
+// phases of fewer threads than the block (block_sync) and their packed slots
+// (kf_layer.cuh). Lane 0 of each arriving wavefront adds the wavefront's
+// lanes to counter `id` and spins until the counter reaches the next multiple
+// of `threads`: the counters only grow (a launch passes far fewer than the
+// 2^32 / 64 arrivals that would wrap one), so a barrier needs no reset and a
+// slot may reach its next barrier while the other slot still waits at one.
+// Every caller of one id passes the same `threads`, a multiple of the
+// wavefront size. A release fence before the arrival and an acquire fence
+// after the wait order the group's shared- and global-memory accesses as
+// __syncthreads does. bar_init() zeroes the counters; the block syncs before
+// the first bar_sync. The host emulation at 64 lanes runs this code too
+// (KF_EMU_SOFT_BARRIERS).
+#if KF_VENDOR_HIP || defined(KF_EMU_SOFT_BARRIERS)
+#define KF_HAS_SOFT_BARRIERS 1
+namespace detail {
+__shared__ unsigned soft_bar[16];
+} // namespace detail
+KF_DEVICE void bar_init() {
+  if (threadIdx.x < 16)
+    detail::soft_bar[threadIdx.x] = 0;
+}
+KF_DEVICE void bar_sync(int id, int threads) {
+#if KF_VENDOR_HIP
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_wave_barrier();
+  if (lane_id() == 0) {
+    const unsigned before = __hip_atomic_fetch_add(&detail::soft_bar[id], (unsigned)kWarpSize,
+                                                   __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+    const unsigned target = (before / (unsigned)threads + 1) * (unsigned)threads;
+    while (__hip_atomic_load(&detail::soft_bar[id], __ATOMIC_RELAXED,
+                             __HIP_MEMORY_SCOPE_WORKGROUP) < target)
+      __builtin_amdgcn_s_sleep(1);
+  }
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+#else
+  // the same, with the orders on the atomics (ThreadSanitizer checks those)
+  emu_warp_sync();
+  if (lane_id() == 0) {
+    const unsigned before =
+        __atomic_fetch_add(&detail::soft_bar[id], (unsigned)kWarpSize, __ATOMIC_ACQ_REL);
+    const unsigned target = (before / (unsigned)threads + 1) * (unsigned)threads;
+    while (__atomic_load_n(&detail::soft_bar[id], __ATOMIC_ACQUIRE) < target)
+      emu_spin();
+  }
+  emu_warp_sync();
+#endif // KF_VENDOR_HIP
+}
+#else
+#define KF_HAS_SOFT_BARRIERS 0
+KF_DEVICE void bar_init() {}
+#endif // KF_VENDOR_HIP || defined(KF_EMU_SOFT_BARRIERS)
 
 // Thread-block clusters (sm_90 and later; schemas with "launch": {"cluster":
 // [...]}, which kforge compiles into the entry as __cluster_dims__ on those
@@ -634,6 +711,16 @@ KF_DEVICE unsigned dynamic_smem_bytes() {
 #else
   return 0xffffffffu;
 #endif // KF_ARCH_IS_NVIDIA
+}
+
+// Stops the kernel with an error the host sees at its next synchronisation
+// (a broken launch contract, never data).
+KF_DEVICE void trap() {
+#if KF_VENDOR_HIP
+  __builtin_trap();
+#else
+  __trap();
+#endif // KF_VENDOR_HIP
 }
 
 KF_DEVICE void store_vec(void *p, vec8 v) { *reinterpret_cast<vec8 *>(p) = v; }

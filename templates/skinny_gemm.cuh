@@ -452,7 +452,9 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   // In a layer kernel the slices' blocks are work items that need not run
   // at once: they meet through global memory instead (layer::split_*), in
   // the same rank order as a cluster's, so the sums are the cluster's bits.
-  constexpr bool kGlobalSplit = KSPLIT > 1 && KF_MONO;
+  // Without clusters (AMD, sm_80) a layer kernel sums as the separate
+  // kernel does there (block 0 alone), so its bits are that kernel's.
+  constexpr bool kGlobalSplit = KSPLIT > 1 && KF_MONO && KF_HAS_CLUSTERS;
   // The matrix-instruction path hands its sums to the epilogue straight
   // from the warps' partial tiles, unless a cluster's blocks share them.
   constexpr bool kDirect = KF_USE_MMA && !kCluster && !kGlobalSplit;
@@ -535,7 +537,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   constexpr int kRingBytes = gemm_long_ring_bytes(LONG_SLOTS); // the long path's weight ring
   KF_DYNAMIC_SMEM(kf_gemm_smem);
   if (dynamic_smem_bytes() < (unsigned)kDynBytes)
-    __trap();
+    trap();
   // The activation ring, after the long path's weight ring.
   constexpr int kXRingAt = kLong ? kRingBytes : 0;
   vec8 *xring = reinterpret_cast<vec8 *>(kf_gemm_smem + kXRingAt);
@@ -546,7 +548,7 @@ KF_DEVICE void skinny_gemm_block(const kf_bf16 *x, const kf_bf16 *w,
   // the dynamic part (gemm_layer_smem_bytes), reused by the other phases.
   constexpr int kStaticAt = kDynBytes;
   if (dynamic_smem_bytes() < (unsigned)gemm_layer_smem_bytes(true, kLong, W, LONG_SLOTS))
-    __trap();
+    trap();
 #endif // KF_MONO
   if constexpr (kLong) {
     // The weight ring lives in dynamic shared memory; once every copy has

@@ -45,7 +45,8 @@ class DecodeExample(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(os.path.join(cache, "v1", "manifests", "tiny", "gfx90a.json")) as f:
             kernels = json.load(f)["kernels"]
-        self.assertEqual(sorted(k["kind"] for k in kernels), sorted(decode.KINDS))
+        # the eight kinds the example runs, and the family's layer kind
+        self.assertEqual(sorted(k["kind"] for k in kernels), sorted(decode.KINDS + ("layer",)))
         self.assertEqual({k["width"] for k in kernels}, {1})
         desc = os.path.join(cache, "descriptions", "tiny.json")
         with open(desc) as f:
@@ -74,8 +75,9 @@ class DecodeExample(unittest.TestCase):
         self.assertEqual(man["page_size"], 16)
         paged = sorted((k["kind"], k["page_size"]) for k in man["kernels"] if "page_size" in k)
         self.assertEqual(paged, [("decode_attention", 1), ("decode_attention", 16),
+                                 ("layer", 1), ("layer", 16),
                                  ("rope_kv_write", 1), ("rope_kv_write", 16)])
-        self.assertEqual(len(man["kernels"]), len(decode.KINDS) + 2)
+        self.assertEqual(len(man["kernels"]), len(decode.KINDS) + 4)
         r = self.example(d, "--build-only", "--cache", cache, "--page-size", "16,one")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--page-size 16,one: expected tokens per page", r.stderr)

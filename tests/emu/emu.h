@@ -241,6 +241,18 @@ inline void launch(dim3 grid, dim3 block, const std::function<void()> &body) {
 } // namespace emu
 
 void __syncthreads() { emu::block_bar.arrive_and_wait(); }
+// The block's OR of a predicate: threads meet at the block's barrier, whose
+// phase picks one of three words; the one two calls ahead is cleared before
+// the barrier (its readers all passed the barrier in between).
+int __syncthreads_or(int predicate) {
+  static int any[3];
+  const long phase = emu::block_bar.phase;
+  any[(phase + 1) % 3] = 0;
+  if (predicate)
+    any[phase % 3] = 1;
+  emu::block_bar.arrive_and_wait();
+  return any[phase % 3];
+}
 // Named barriers as the kernels use them: the whole block takes part in each
 // phase, some threads arriving without waiting and the rest waiting.
 static emu::Barrier &emu_named(int id, int threads) {
@@ -256,6 +268,19 @@ void emu_bar_arrive(int id, int threads) { (void)emu_named(id, threads).arrive()
 void emu_bar_sync(int id, int threads) { emu_named(id, threads).arrive_and_wait(); }
 float emu_shfl(float v, int src, bool is_xor) { return emu::shfl(v, src, is_xor); }
 void emu_warp_sync() { emu::warp_sync(); }
+// kf_sync.cuh's back-off between polls (a layer kernel's waits, which one
+// block run here always finds met): let the other threads run.
+void emu_back_off() { emu::yield(); }
+// A polling thread (kf::bar_sync without hardware) lets the others run; a
+// poll that never ends is a barrier some thread never reaches.
+void emu_spin() {
+  static long spins = 0;
+  if (++spins > (1l << 30)) {
+    fprintf(stderr, "emu: a thread polls without end (a barrier some thread never reaches)\n");
+    abort();
+  }
+  emu::yield();
+}
 unsigned char *emu_dynamic_smem() { return emu::dynamic_smem; }
 #if defined(KF_EMU_MMA)
 void emu_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {

@@ -123,9 +123,8 @@ int __syncthreads_or(int predicate) {
 void emu_bar_arrive(int, int) { abort(); } // named barriers: not in this mode
 void emu_bar_sync(int, int) { abort(); }
 float emu_shfl(float v, int src, bool is_xor) { return emu::shfl(v, src, is_xor); }
+void emu_warp_sync() { emu::self->warps[threadIdx.x / KF_EMU_WARP].bar->arrive_and_wait(); }
+// kf::bar_sync without hardware (KF_EMU_SOFT_BARRIERS) polls: let the others run.
+void emu_spin() { std::this_thread::yield(); }
 // kf_sync.cuh's back-off between polls: let the producers run.
 void emu_back_off() { std::this_thread::yield(); }
-inline unsigned atomicCAS(unsigned *p, unsigned expected, unsigned desired) {
-  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-  return expected; // the old value either way
-}

@@ -15,11 +15,19 @@
 //          every other block with one far too long to run out: the grid
 //          leaves promptly, the status word names the counter, target, block
 //          and epoch, and a later launch leaves at enter() without running.
+//   slots: kf_portability.cuh's software sub-block barriers (bar_sync without
+//          hardware, as AMD builds and KF_EMU_SOFT_BARRIERS use them): one
+//          block of 256 threads as two slots of 128 (a layer kernel's packed
+//          phase), each passing its own data round a ring of its threads
+//          over a different number of rounds on its own barrier id, then
+//          the whole block on one id; every value read after a barrier is
+//          the one written before it.
 //
-// Usage: emu_sync [chain|stuck]... (no argument: both). Exit 0 when every
+// Usage: emu_sync [chain|stuck|slots]... (no argument: all). Exit 0 when every
 // check holds.
 #include "emu_coresident.h"
 
+#include "kf_portability.cuh"
 #include "kf_sync.cuh"
 
 #include <chrono>
@@ -276,6 +284,39 @@ void test_stuck() {
 
 } // namespace
 
+#if KF_HAS_SOFT_BARRIERS
+void test_slots() {
+  const int before = failures;
+  constexpr unsigned kSlotThreads = 128, kBlock = 2 * kSlotThreads;
+  const int rounds[2] = {37, 53};
+  std::vector<unsigned> ring(kBlock, kPoison);
+  std::atomic<long> wrong{0};
+  emu::launch_coresident(1, kBlock, 0, [&] {
+    const unsigned t = threadIdx.x, s = t / kSlotThreads, i = t % kSlotThreads;
+    kf::bar_init();
+    __syncthreads();
+    for (int r = 0; r < rounds[s]; ++r) {
+      ring[t] = (unsigned)r * 1000003u + t;
+      kf::bar_sync(15 - (int)s, kSlotThreads);
+      // a neighbour further round the slot's ring each round: another wavefront's
+      const unsigned from = s * kSlotThreads + (i + 1 + (unsigned)r * 17u) % kSlotThreads;
+      if (ring[from] != (unsigned)r * 1000003u + from)
+        ++wrong;
+      kf::bar_sync(15 - (int)s, kSlotThreads); // every read is done before the next write
+    }
+    ring[t] = ~t;
+    kf::bar_sync(1, kBlock);
+    if (ring[kBlock - 1 - t] != ~(kBlock - 1 - t))
+      ++wrong;
+  });
+  if (wrong)
+    fail("slots: %ld values read after a barrier were not the ones written before it",
+         wrong.load());
+  printf("%-64s %s\n", "sync: software barriers, two slots of 128 and the block",
+         failures == before ? "ok" : "FAILED");
+}
+#endif // KF_HAS_SOFT_BARRIERS
+
 int main(int argc, char **argv) {
   printf("emu sync, warps of %d lanes\n", kf::kWarpSize);
   const bool all = argc < 2;
@@ -286,8 +327,12 @@ int main(int argc, char **argv) {
       test_chain();
     else if (a == "stuck")
       test_stuck();
+#if KF_HAS_SOFT_BARRIERS
+    else if (a == "slots")
+      test_slots();
+#endif // KF_HAS_SOFT_BARRIERS
     else {
-      fprintf(stderr, "emu_sync: unknown test '%s' (chain, stuck)\n", argv[i]);
+      fprintf(stderr, "emu_sync: unknown test '%s' (chain, stuck, slots)\n", argv[i]);
       return 2;
     }
     known = true;
@@ -295,6 +340,9 @@ int main(int argc, char **argv) {
   if (all) {
     test_chain();
     test_stuck();
+#if KF_HAS_SOFT_BARRIERS
+    test_slots();
+#endif // KF_HAS_SOFT_BARRIERS
   }
   if (emu::errors)
     fail("%ld shuffles read a missing lane", emu::errors.load());

@@ -184,6 +184,22 @@ KF_TEST(arch__predicates_read_the_parsed_capability) {
   KF_CHECK(!kf_arch_is_hip("sm_90a"));
 }
 
+/* A block's shared memory (AMD's LDS): what decides whether a layer kernel
+ * runs two attention items side by side (plan.c). */
+KF_TEST(arch__block_shared_memory_per_vendor_and_generation) {
+  KF_CHECK(kf_arch_block_shared_max("sm_90a") == 227 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("sm_100f") == 227 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("sm_80") == 163 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("sm_89") == 99 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("sm_120a") == 99 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("sm_75") == 64 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("gfx90a") == 64 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("gfx942:xnack-") == 64 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("gfx950") == 160 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("gfx1100") == 64 * 1024);
+  KF_CHECK(kf_arch_block_shared_max("sm_9x") == 0);
+}
+
 /* A processor newer than the parser's LLVM is parsed as an older one of its
  * generation; one it knows, and any sm_* arch, as itself. */
 KF_TEST(arch__newer_gfx_processors_are_parsed_as_an_older_one_by_an_older_llvm) {

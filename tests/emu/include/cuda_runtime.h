@@ -53,6 +53,13 @@ inline float __ldcg(const float *p) { return *p; }
 inline float4 __ldcg(const float4 *p) { return *p; }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+inline unsigned atomicCAS(unsigned *p, unsigned expected, unsigned desired) {
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return expected; // the old value either way
+}
 inline unsigned atomicOr(unsigned *p, unsigned v) {
   return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
 }
@@ -78,10 +85,13 @@ inline uint32_t __byte_perm(uint32_t a, uint32_t b, uint32_t s) {
 }
 
 void __syncthreads();
+int __syncthreads_or(int predicate);
 void emu_bar_arrive(int id, int threads); // named barriers (kf::bar_arrive)
 void emu_bar_sync(int id, int threads);
 float emu_shfl(float v, int src, bool is_xor);
-void emu_warp_sync();                                                     // kf::warp_sync
+void emu_warp_sync(); // kf::warp_sync
+void emu_spin();      // a thread that polls lets the others run (kf::bar_sync without hardware)
+void emu_back_off();  // kf_sync.cuh's pause between polls
 unsigned char *emu_dynamic_smem();                                        // KF_DYNAMIC_SMEM
 void emu_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]); // KF_EMU_MMA
 inline float __shfl_xor_sync(unsigned, float v, int m) { return emu_shfl(v, m, true); }
