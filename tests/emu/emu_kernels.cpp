@@ -6,8 +6,9 @@
 // what no machine here can run. Outputs are poisoned (0xdead) before a run;
 // pad rows must keep the poison.
 //
-// Usage: emu_kernels GROUP (norm, gemm, gate_up, rope, attention, moe). Exit 0
-// when every check of the group holds and no shuffle read a missing lane.
+// Usage: emu_kernels GROUP (norm, gemm (skinny_gemm and skinny_gemm_bias),
+// gate_up, rope, attention, moe). Exit 0 when every check of the group holds
+// and no shuffle read a missing lane.
 #include "emu.h"
 
 #include "add_rmsnorm.cuh"
@@ -154,6 +155,25 @@ template <int N, int K, int W, int KSPLIT, int DEEP_RING> void check_gemm(int ro
     for (int n = 0; n < N; ++n) {
       if (r < rows)
         c.close(y[r * N + n], dot(x, r, w, n, K));
+      else
+        c.same(y[r * N + n], kPoison);
+    }
+  report(c);
+}
+
+// skinny_gemm_bias (Qwen2's qkv_proj): the bias joins the fp32 sum before
+// its one rounding; a split K adds it once, in rank 0.
+template <int N, int K, int W, int KSPLIT> void check_gemm_bias(int rows) {
+  bf16 x = random_bf16(W * K), w = random_bf16((size_t)N * K, 0.1f), bias = random_bf16(N, 4.f);
+  bf16 y(W * N, kPoison);
+  emu::launch({N / 16 * KSPLIT, 1, 1}, {256, 1, 1}, [&] {
+    kf::skinny_gemm_bias_entry<GemmP<N, K, W, KSPLIT, 0>>(dev(x), dev(w), dev(bias), dev(y), rows);
+  });
+  Check c{format("skinny_gemm_bias N=%d K=%d W=%d KSPLIT=%d rows=%d", N, K, W, KSPLIT, rows)};
+  for (int r = 0; r < W; ++r)
+    for (int n = 0; n < N; ++n) {
+      if (r < rows)
+        c.close(y[r * N + n], dot(x, r, w, n, K) + from_bf16(bias[n]));
       else
         c.same(y[r * N + n], kPoison);
     }
@@ -791,6 +811,8 @@ int main(int argc, char **argv) {
     check_gemm<16, 1408, 3, 1, 0>(3);  // GLM-4.5's expert K: a tail past 5 x 256
     check_gemm<32, 1408, 2, 2, 0>(2);  // the tail of each slice
     check_gemm<16, 10944, 2, 1, 0>(1); // GLM-4.5's dense down_proj: long, with a tail
+    check_gemm_bias<32, 512, 4, 1>(3);
+    check_gemm_bias<32, 512, 2, 2>(2);
   } else if (group == "gate_up") {
     check_gate_up<32, 512, 4, 0, 1, 1>(3);
     check_gate_up<32, 512, 2, 1, 2, 0>(2);
