@@ -145,7 +145,8 @@ class LayerOnAmd(unittest.TestCase):
 
     def program(self, name, kinds):
         """Builds emu_layer with the generated sources of `kinds` (in order,
-        each launched once per step); returns (executable, buffer names)."""
+        each launched once per step); returns (executable, buffer names,
+        their sizes in bytes)."""
         if name in self.exes:
             return self.exes[name]
         w, step = self.w, self.step
@@ -174,10 +175,9 @@ class LayerOnAmd(unittest.TestCase):
                     continue
                 if pname in own:
                     tensor = own[pname]
-                elif kind == "layer":
-                    phase, _, arg = next((ph, "_", pname[len(ph) + 1:]) for ph in KINDS
-                                         if pname.startswith(ph + "_"))
-                    tensor = step.args[phase][arg]
+                elif kind == "layer":  # <phase>_<argument>
+                    phase = next(ph for ph in KINDS if pname.startswith(ph + "_"))
+                    tensor = step.args[phase][pname[len(phase) + 1:]]
                 else:
                     tensor = step.args[kind][pname]
                 if isinstance(tensor, int):
