@@ -395,6 +395,39 @@ class Remote(unittest.TestCase):
         self.assertNotIn(keys[victim_id], self.entry_dirs("p"))
         self.verify("p")
 
+    def test_a_pull_in_chunks_refuses_only_the_bad_entries(self):
+        # 18 entries, more than the 16 whose contents a pull holds at once
+        # (gen/remote_entry.c, CONTENT_CHUNK): a flipped byte in an entry of
+        # each chunk refuses those two and publishes the other sixteen
+        path = self.w.path(FIXTURE_MODEL)
+        with open(path) as f:
+            desc = json.load(f)
+        desc["widths"] = [1, 2, 3, 4, 5, 6]
+        with open(path, "w") as f:
+            json.dump(desc, f)
+        nginx = Nginx(self)
+        url = f"{nginx.url}/kf"
+        self.build("a", "--remote", url)
+        keys = self.keys("a")
+        self.assertEqual(len(keys), 18)
+        order = sorted(keys.values())  # a pull's order
+        victims = {order[self.rng.randrange(16)], order[self.rng.randrange(16, 18)]}
+        for key in victims:
+            obj = os.path.join(nginx.root, "kf", "cas", self.object_sha("a", key))
+            with open(obj, "r+b") as f:
+                data = bytearray(f.read())
+                data[self.rng.randrange(len(data))] ^= 0x40
+                f.seek(0)
+                f.write(data)
+        p = self.pull("p", "--remote", url, expect_rc=1)
+        for kid, key in keys.items():
+            if key in victims:
+                self.assertIn(f"{kid}: remote entry {key} refused: its object has SHA-256",
+                              p.err, f"salt {self.salt}")
+        self.assertFalse(os.path.exists(self.manifest_path("p")))
+        self.assertEqual(self.entry_dirs("p"), set(keys.values()) - victims, f"salt {self.salt}")
+        self.verify("p")
+
     def test_replayed_record_and_meta_of_another_key_are_refused(self):
         nginx = Nginx(self)
         url = f"{nginx.url}/kf"
