@@ -9,6 +9,7 @@ import enum
 import operator
 import sys
 import typing
+import weakref
 
 from . import _lib
 
@@ -95,7 +96,12 @@ class Runtime:
             raise Error(Status.INVALID_ARGUMENT,
                         f"backend must be None, 'auto', 'cuda' or 'hip', got {backend!r}")
         self._h = None
-        self._kernels = {}
+        # Weak: a kernel holds its runtime, so a strong cache would make a
+        # cycle, and the runtime would be unloaded whenever Python's cyclic
+        # garbage collector ran, e.g. in the middle of another runtime's
+        # CUDA-graph capture, which an unload invalidates. Without the cycle
+        # it is unloaded when its last reference (or kernel) goes.
+        self._kernels = weakref.WeakValueDictionary()
         opts = _lib.RuntimeOptions(
             cache_dir=str(cache).encode(), model=str(model).encode(),
             device=int(device), backend=_BACKENDS[backend], lazy=1 if lazy else 0,
@@ -200,7 +206,12 @@ class Runtime:
         return check_layer(self, rows, args, kind, page_size, stream, chain)
 
     def close(self):
-        """Unloads everything; kernels of this runtime must not be used after."""
+        """Unloads everything; kernels of this runtime must not be used after.
+        Unloading is one of the calls that CUDA refuses while a stream
+        capture (a CUDA graph's, in torch's default global mode) is under way
+        on this thread, and the capture then fails: close or drop a runtime
+        outside captures. (Dropping the last reference to a runtime and its
+        kernels closes it there and then.)"""
         if self._h is not None:
             self._kernels.clear()
             lib.kf_runtime_close(self._h)

@@ -326,6 +326,32 @@ class BindingTest(unittest.TestCase):
         rt.close()
         self.assertEqual(fake.fake_stat(b"live_modules"), 0)
 
+    def test_dropping_a_runtime_and_its_kernels_unloads_at_once(self):
+        # no reference cycle between a runtime and its kernels: the modules go
+        # when the last reference does, never later inside the cyclic garbage
+        # collector (which may run during a CUDA-graph capture: an unload
+        # then invalidates the capture)
+        import gc
+        import weakref
+        self.make()
+        gc.collect()
+        gc.disable()
+        try:
+            rt = self.open()
+            k = rt.kernel("norm", 3)
+            self.assertIs(rt.kernel("norm", 3), k)  # cached while it is held
+            loaded = fake.fake_stat(b"live_modules")
+            self.assertGreater(loaded, 0)
+            ref = weakref.ref(rt)
+            del rt
+            self.assertEqual(fake.fake_stat(b"live_modules"), loaded)  # the kernel holds it
+            k(FakeTensor(0x1000), FakeTensor(0x2000), 1e-6)
+            del k
+            self.assertIsNone(ref())
+            self.assertEqual(fake.fake_stat(b"live_modules"), 0)
+        finally:
+            gc.enable()
+
     def test_kernel_takes_params_but_rows_and_appends_rows(self):
         self.make()
         with self.open() as rt:
