@@ -208,9 +208,9 @@ class Runtime:
     def close(self):
         """Unloads everything; kernels of this runtime must not be used after.
         Unloading is one of the calls that CUDA refuses while a stream
-        capture (a CUDA graph's, in torch's default global mode) is under way
-        on this thread, and the capture then fails: close or drop a runtime
-        outside captures. (Dropping the last reference to a runtime and its
+        capture is under way (in torch's default global mode, a capture on
+        any thread), and the capture then fails: close or drop a runtime
+        outside CUDA-graph captures. (Dropping the last reference to a runtime and its
         kernels closes it there and then.)"""
         if self._h is not None:
             self._kernels.clear()
