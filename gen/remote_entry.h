@@ -75,8 +75,9 @@ typedef struct {
 
 /* Fetches n keys' entries and verifies each into staged[i] (publish or
  * drop it), asking the remote for every record at once, then for their
- * contents a chunk of entries at a time. sts[i]: KF_REMOTE_OK, KF_REMOTE_MISSING, or
- * KF_REMOTE_BAD with whys[i] (caller frees; nothing staged then). */
+ * contents a chunk of entries at a time. sts[i]: KF_REMOTE_OK,
+ * KF_REMOTE_MISSING, or KF_REMOTE_BAD with whys[i] (caller frees; nothing
+ * staged then). */
 void kf_remote_entries_stage(kf_tier *t, const kf_cache *c, const char *const *keys, size_t n,
                              kf_staged *staged, int *sts, char **whys);
 /* Publishes a staged entry (unless a good one appeared meanwhile) and

@@ -210,8 +210,8 @@ class Runtime:
         Unloading is one of the calls that CUDA refuses while a stream
         capture is under way (in torch's default global mode, a capture on
         any thread), and the capture then fails: close or drop a runtime
-        outside CUDA-graph captures. (Dropping the last reference to a runtime and its
-        kernels closes it there and then.)"""
+        outside CUDA-graph captures. (Dropping the last reference to a
+        runtime and its kernels closes it there and then.)"""
         if self._h is not None:
             self._kernels.clear()
             lib.kf_runtime_close(self._h)
